@@ -1,0 +1,26 @@
+"""Fused Triton loss kernels: cross-entropy (labels or target logits), forward KL and reverse KL.
+
+    loss, grad = kernels.entropy_loss_forward_backward(logits, target, loss=..., target_format=..., variant=...)
+    loss = kernels.entropy_loss(logits, target, ...)           # torch.autograd
+    kernels.reference.entropy_loss(logits, target, ...)        # float64 reference
+
+Variants: "fused" (one program per row, #497 design), "two_pass" (stats then gradient, Option B),
+"split_row" (each row read once, split over co-resident programs) and "auto" (from the tuning table).
+"""
+
+from . import reference
+from .api import VARIANTS, entropy_loss, entropy_loss_forward_backward, prepare
+from .launch import Launch, Plan
+from .problem import LOSSES, TARGET_FORMATS
+
+__all__ = [
+    "LOSSES",
+    "TARGET_FORMATS",
+    "VARIANTS",
+    "Launch",
+    "Plan",
+    "entropy_loss",
+    "entropy_loss_forward_backward",
+    "prepare",
+    "reference",
+]

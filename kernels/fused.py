@@ -1,0 +1,168 @@
+"""Variant "fused": one program per row, the design of Fast-LLM issue #497.
+
+Forward: an online softmax over column tiles of BLOCK_SIZE (one pass over the row). Backward: a
+second loop re-reads each tile and writes its gradient. When the whole row fits in one tile the
+tile stays in registers and nothing is re-read — which is exactly why a 32K-wide tile of two
+softmaxes (reverse KL) needs so many registers per thread.
+
+Bytes per element (bf16): labels CE 2 (read) + 2 (write) with one tile, +2 per re-read tile pass;
+distribution losses 4 + 2 with one tile, +4 when re-read.
+"""
+
+import triton
+import triton.language as tl
+
+from .launch import Launch, Plan
+from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
+from .row_math import (
+    CE_LABELS,
+    combine_statistics,
+    load_scaled,
+    row_loss,
+    tile_gradient,
+    tile_statistics,
+)
+
+
+@triton.jit
+def fused_loss_kernel(
+    logits_ptr,  # (n_rows, n_cols) logits, row stride logits_stride
+    target_ptr,  # (n_rows, n_cols) target logits, or a dummy for labels
+    labels_ptr,  # (n_rows,) integer labels, or a dummy
+    mask_ptr,  # (n_rows,) bool row mask, or a dummy
+    grad_ptr,  # (n_rows, n_cols) gradient out, contiguous, logits' dtype
+    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid (0 for ignored rows)
+    n_cols,
+    logits_stride,
+    target_stride,
+    ignore_index,
+    grad_scale,  # grad_output / n_valid
+    loss_scale,  # 1 / n_valid
+    LOSS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    COMPUTE_GRAD: tl.constexpr,
+    SINGLE_TILE: tl.constexpr,  # the row fits in one tile: no loop, no re-read
+    BLOCK_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x_row = logits_ptr + row * logits_stride
+    t_row = target_ptr + row * target_stride
+    g_row = grad_ptr + row * n_cols
+
+    valid = True
+    label = -1
+    if LOSS == CE_LABELS:
+        label = tl.load(labels_ptr + row).to(tl.int64)
+        valid = label != ignore_index
+    if HAS_MASK:
+        valid = valid & (tl.load(mask_ptr + row) != 0)
+
+    if valid:
+        x_label = 0.0
+        if LOSS == CE_LABELS:
+            x_label = tl.load(x_row + label).to(tl.float32)
+        if SINGLE_TILE:
+            # The whole row is one tile: keep it (and its exponentials) in registers.
+            x2 = load_scaled(x_row, cols, n_cols)
+            t2 = x2
+            if LOSS != CE_LABELS:
+                t2 = load_scaled(t_row, cols, n_cols)
+            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
+            loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
+            tl.store(loss_rows_ptr + row, loss * loss_scale)
+            if COMPUTE_GRAD:
+                lse_diff2 = m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+                grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols, label, lse_diff2, loss, LOSS)
+                tl.store(g_row + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < n_cols)
+        else:
+            # Pass 1: online statistics over the tiles.
+            x2 = load_scaled(x_row, cols, n_cols)
+            t2 = x2
+            if LOSS != CE_LABELS:
+                t2 = load_scaled(t_row, cols, n_cols)
+            m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
+            for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
+                x2 = load_scaled(x_row + start, cols, n_cols - start)
+                t2 = x2
+                if LOSS != CE_LABELS:
+                    t2 = load_scaled(t_row + start, cols, n_cols - start)
+                tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
+                m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
+            loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
+            tl.store(loss_rows_ptr + row, loss * loss_scale)
+            if COMPUTE_GRAD:
+                # Pass 2: re-read every tile and write its gradient.
+                lse_diff2 = m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+                for start in range(0, n_cols, BLOCK_SIZE):
+                    x2 = load_scaled(x_row + start, cols, n_cols - start)
+                    t2 = x2
+                    if LOSS != CE_LABELS:
+                        t2 = load_scaled(t_row + start, cols, n_cols - start)
+                    e_x = tl.exp2(x2 - m_x)
+                    e_t = tl.exp2(t2 - m_t)
+                    grad = tile_gradient(
+                        e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
+                    )
+                    tl.store(
+                        g_row + start + cols,
+                        (grad * grad_scale).to(grad_ptr.dtype.element_ty),
+                        mask=cols < n_cols - start,
+                    )
+    else:
+        tl.store(loss_rows_ptr + row, 0.0)
+        if COMPUTE_GRAD:
+            zeros = tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty)
+            for start in range(0, n_cols, BLOCK_SIZE):
+                tl.store(g_row + start + cols, zeros, mask=cols < n_cols - start)
+
+
+def default_fused_config(n_cols: int) -> tuple[int, int]:
+    """The #497-era defaults: a tile as wide as the row up to 32K, warps growing with the tile (16 at 32K)."""
+    block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 32768)
+    return block_size, min(16, max(4, block_size // 2048))
+
+
+def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int | None = None) -> Plan:
+    default_block, default_warps = default_fused_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    loss_rows, grad = allocate_outputs(problem)
+    return Plan(
+        variant="fused",
+        launches=[fused_launch(problem, block_size, num_warps, loss_rows, grad)],
+        finish=finisher(problem, loss_rows, grad),
+        config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size)},
+    )
+
+
+def fused_launch(problem: Problem, block_size: int, num_warps: int, loss_rows, grad) -> Launch:
+    """The fused kernel's launch (also used by split_row for rows that fit in one chunk)."""
+    dummy = problem.dummy()
+    return Launch(
+        name="fused",
+        fn=fused_loss_kernel,
+        grid=(problem.n_rows,),
+        args=dict(
+            logits_ptr=problem.logits,
+            target_ptr=problem.target if problem.target is not None else dummy,
+            labels_ptr=problem.labels if problem.labels is not None else dummy,
+            mask_ptr=problem.mask if problem.mask is not None else dummy,
+            grad_ptr=grad if grad is not None else dummy,
+            loss_rows_ptr=loss_rows,
+            n_cols=problem.n_cols,
+            logits_stride=problem.logits.stride(0),
+            target_stride=problem.target.stride(0) if problem.target is not None else 0,
+            ignore_index=problem.ignore_index,
+            grad_scale=problem.grad_scale,
+            loss_scale=problem.loss_scale,
+        ),
+        constexprs=dict(
+            LOSS=problem.loss_code,
+            HAS_MASK=problem.mask is not None,
+            COMPUTE_GRAD=problem.compute_grad,
+            SINGLE_TILE=problem.n_cols <= block_size,
+            BLOCK_SIZE=block_size,
+        ),
+        num_warps=num_warps,
+    )

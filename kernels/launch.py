@@ -1,0 +1,69 @@
+"""A kernel launch described as data, so tools can inspect it before or after it runs.
+
+Every variant's host wrapper builds a list of :class:`Launch` objects and then runs them. The same
+objects let `perfutils` compile a launch offline for sm_90 (registers, spills) and read the
+`CompiledKernel` that a real GPU launch returned (``launch.compiled``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class Launch:
+    """One `fn[grid](**args, **constexprs, num_warps=..., num_stages=...)` call."""
+
+    name: str  # e.g. "fused", "two_pass.stats", "two_pass.grad", "split_row.coop"
+    fn: Any  # the @triton.jit function
+    grid: tuple[int, ...]
+    args: dict[str, Any]  # run-time arguments, by parameter name (tensors, ints, floats)
+    constexprs: dict[str, Any]  # tl.constexpr arguments, by parameter name
+    num_warps: int
+    num_stages: int = 1
+    compiled: Any = field(default=None, repr=False)  # CompiledKernel of the last GPU run (None under the interpreter)
+
+    def __call__(self) -> Any:
+        result = self.fn[self.grid](**self.args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
+        if result is not None and hasattr(result, "metadata"):
+            self.compiled = result
+        return result
+
+    @property
+    def block_size(self) -> int | None:
+        return self.constexprs.get("BLOCK_SIZE")
+
+
+@dataclass
+class Plan:
+    """All launches of one loss call plus the host-side step that turns their outputs into (loss, grad)."""
+
+    variant: str
+    launches: list[Launch]
+    finish: Callable[[], tuple[Any, Any]]  # returns (loss, grad) once the launches have run
+    config: dict[str, Any] = field(default_factory=dict)  # resolved block sizes, warps, chunk counts, grid
+    reset: Callable[[], None] | None = None  # re-arms per-call state (e.g. split_row's row counters) before a run
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of the tensors the plan allocated when it was built (gradient, row losses, workspaces).
+
+        ``run()`` reuses them, so memory measured around ``run()`` alone misses them: add these.
+        """
+        seen, total = set(), 0
+        for launch in self.launches:
+            for name, value in launch.args.items():
+                if name in ("logits_ptr", "target_ptr", "labels_ptr", "mask_ptr"):
+                    continue
+                if hasattr(value, "untyped_storage") and value.data_ptr() not in seen:
+                    seen.add(value.data_ptr())
+                    total += value.untyped_storage().nbytes()
+        return total
+
+    def run(self) -> tuple[Any, Any]:
+        if self.reset is not None:
+            self.reset()
+        for launch in self.launches:
+            launch()
+        return self.finish()

@@ -1,0 +1,160 @@
+"""Row-softmax statistics shared by every variant, as small @triton.jit helpers.
+
+All math runs in fp32 on *base-2 scaled* logits (``x2 = x * log2(e)``) so each exponential is one
+``exp2`` (a single MUFU instruction on NVIDIA GPUs) with ``log2(e)`` folded into the load.
+
+A row (or a tile or a chunk of it) is summarised by five numbers:
+
+    m_x, s_x   max of x2 and sum of exp2(x2 - m_x)
+    m_t, s_t   the same for the target logits t2 (target-distribution losses only)
+    acc        the loss's weighted sum, scaled like the distribution it is weighted by:
+                 cross-entropy from logits  sum exp2(t2 - m_t) * x2
+                 forward KL                 sum exp2(t2 - m_t) * (t2 - x2)
+                 reverse KL                 sum exp2(x2 - m_x) * (x2 - t2)
+
+Summaries of disjoint parts combine exactly (online softmax), which is what lets a row be split
+over tiles (fused, two_pass) or over programs (split_row).
+
+-inf logits are allowed (masked vocabulary entries): a part whose max is -inf has s = 0 and
+contributes nothing; an element with zero probability contributes 0 to ``acc`` (0·log 0 := 0).
+A row whose every logit is -inf ends with s = 0 and gives NaN, like PyTorch; NaN inputs propagate.
+"""
+
+import triton
+import triton.language as tl
+
+# Loss codes, the LOSS constexpr of every kernel.
+CE_LABELS = tl.constexpr(0)
+CE_LOGITS = tl.constexpr(1)
+FORWARD_KL = tl.constexpr(2)
+REVERSE_KL = tl.constexpr(3)
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def exponent_shift(m):
+    """The shift used in exp2(x2 - shift): the max itself, or 0 when the max is -inf (avoids -inf - -inf)."""
+    return tl.where(m == float("-inf"), 0.0, m)
+
+
+@triton.jit
+def rescale(m_from, m_to):
+    """Factor that moves a sum of exponentials taken relative to m_from onto m_to (0 for an empty part)."""
+    return tl.where(m_from == float("-inf"), 0.0, tl.exp2(m_from - m_to))
+
+
+@triton.jit
+def _max_pair(a_max, b_max, a2_max, b2_max):
+    return tl.maximum(a_max, a2_max), tl.maximum(b_max, b2_max)
+
+
+@triton.jit
+def _sum_triple(a, b, c, a2, b2, c2):
+    return a + a2, b + b2, c + c2
+
+
+@triton.jit
+def load_scaled(ptr, cols, n_cols):
+    """Load a tile of logits as fp32 base-2 scaled values, -inf outside the row."""
+    x = tl.load(ptr + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    return x * LOG2E
+
+
+@triton.jit
+def tile_statistics(x2, t2, LOSS: tl.constexpr):
+    """Summarise one tile; also return the tile's exponentials so callers can keep them (no recompute).
+
+    Returns (m_x, s_x, m_t, s_t, acc, e_x, e_t); the target entries are dummies for CE_LABELS.
+    Max and sums each go through a single reduction (one cross-warp exchange each, not five).
+    """
+    if LOSS == CE_LABELS:
+        m_x = tl.max(x2, axis=0)
+        e_x = tl.exp2(x2 - exponent_shift(m_x))
+        s_x = tl.sum(e_x, axis=0)
+        zero = tl.sum(tl.zeros_like(x2), axis=0)
+        return m_x, s_x, zero, zero, zero, e_x, e_x
+    else:
+        m_x, m_t = tl.reduce((x2, t2), 0, _max_pair)
+        e_x = tl.exp2(x2 - exponent_shift(m_x))
+        e_t = tl.exp2(t2 - exponent_shift(m_t))
+        if LOSS == CE_LOGITS:
+            weighted = tl.where(e_t > 0, e_t * x2, 0.0)
+        elif LOSS == FORWARD_KL:
+            weighted = tl.where(e_t > 0, e_t * (t2 - x2), 0.0)
+        else:
+            weighted = tl.where(e_x > 0, e_x * (x2 - t2), 0.0)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, _sum_triple)
+        return m_x, s_x, m_t, s_t, acc, e_x, e_t
+
+
+@triton.jit
+def combine_statistics(m_x, s_x, m_t, s_t, acc, m_x2, s_x2, m_t2, s_t2, acc2, LOSS: tl.constexpr):
+    """Merge two summaries (scalars) into one, exactly."""
+    new_m_x = tl.maximum(m_x, m_x2)
+    a_x = rescale(m_x, new_m_x)
+    b_x = rescale(m_x2, new_m_x)
+    new_s_x = s_x * a_x + s_x2 * b_x
+    new_m_t = tl.maximum(m_t, m_t2)
+    a_t = rescale(m_t, new_m_t)
+    b_t = rescale(m_t2, new_m_t)
+    new_s_t = s_t * a_t + s_t2 * b_t
+    if LOSS == REVERSE_KL:
+        new_acc = acc * a_x + acc2 * b_x
+    else:
+        new_acc = acc * a_t + acc2 * b_t
+    return new_m_x, new_s_x, new_m_t, new_s_t, new_acc
+
+
+@triton.jit
+def combine_partials(m_x, s_x, m_t, s_t, acc, LOSS: tl.constexpr):
+    """Merge a vector of summaries (one per chunk; unused lanes m=-inf, s=acc=0) into scalars."""
+    if LOSS == CE_LABELS:
+        big_m_x = tl.max(m_x, axis=0)
+        big_s_x = tl.sum(s_x * rescale(m_x, big_m_x), axis=0)
+        return big_m_x, big_s_x, big_m_x, big_s_x, big_s_x
+    else:
+        big_m_x, big_m_t = tl.reduce((m_x, m_t), 0, _max_pair)
+        r_x = rescale(m_x, big_m_x)
+        r_t = rescale(m_t, big_m_t)
+        if LOSS == REVERSE_KL:
+            acc_scaled = acc * r_x
+        else:
+            acc_scaled = acc * r_t
+        big_s_x, big_s_t, big_acc = tl.reduce((s_x * r_x, s_t * r_t, acc_scaled), 0, _sum_triple)
+        return big_m_x, big_s_x, big_m_t, big_s_t, big_acc
+
+
+@triton.jit
+def row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS: tl.constexpr):
+    """The row's loss in natural units from its combined summary (x_label: the label's logit, CE_LABELS)."""
+    lse2_x = m_x + tl.log2(s_x)
+    if LOSS == CE_LABELS:
+        loss = lse2_x * LN2 - x_label
+    elif LOSS == CE_LOGITS:
+        loss = (lse2_x - acc / s_t) * LN2
+    elif LOSS == FORWARD_KL:
+        lse2_t = m_t + tl.log2(s_t)
+        loss = (acc / s_t - lse2_t + lse2_x) * LN2
+    else:
+        lse2_t = m_t + tl.log2(s_t)
+        loss = (acc / s_x - lse2_x + lse2_t) * LN2
+    return loss
+
+
+@triton.jit
+def tile_gradient(e_x, q_factor, e_t, p_factor, d2, cols, label, lse_diff2, kl, LOSS: tl.constexpr):
+    """d loss_row / d x for one tile, before the grad_output/n_rows scale.
+
+    q = e_x * q_factor is softmax(x); p = e_t * p_factor is softmax(t). For reverse KL,
+    d2 = x2 - t2 (one live tile instead of two), lse_diff2 = lse2_x - lse2_t and kl is the row's loss.
+    """
+    q = e_x * q_factor
+    if LOSS == CE_LABELS:
+        grad = q - tl.where(cols == label, 1.0, 0.0)
+    elif LOSS == REVERSE_KL:
+        grad = tl.where(e_x > 0, q * ((d2 - lse_diff2) * LN2 - kl), 0.0)
+    else:
+        grad = q - e_t * p_factor
+    return grad

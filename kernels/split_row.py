@@ -1,0 +1,370 @@
+"""Variant "split_row": every row is read from DRAM exactly once, even when it is too wide for one program.
+
+A row of ``n_cols`` is cut into ``NUM_CHUNKS`` chunks of ``BLOCK_SIZE`` columns, one program per
+chunk. Each program loads its chunk into registers and summarises it (max, sum of exponentials,
+the loss's weighted sum: see ``row_math``). Then:
+
+* cooperative form (``split_row_cooperative_kernel``, the GPU path): the program publishes its summary to a small
+  workspace, bumps the row's arrival counter and spins until all chunks of the row have arrived,
+  combines the summaries and writes its part of the gradient from the exponentials it still holds.
+  One read and one write per element: the minimum. The grid is persistent and never larger than
+  what the GPU can hold at once (``perfutils.occupancy``), otherwise programs waiting for a
+  chunk whose program was never scheduled would wait forever.
+* multi-launch form (``split_row_kernel`` with PHASE_STATS, then PHASE_GRAD): the same math with the kernel
+  boundary as the barrier; the gradient launch re-reads its chunk. It is what the Triton
+  interpreter runs (it executes programs one after another, so a spin-wait would hang there) and
+  the fallback when a cooperative grid would not be co-resident.
+
+Rows that fit in one chunk need no exchange and use the single-tile fused kernel.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .fused import fused_launch
+from .launch import Launch, Plan
+from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
+from .row_math import CE_LABELS, combine_partials, load_scaled, rescale, row_loss, tile_gradient, tile_statistics
+
+# Globals read inside @triton.jit must be tl.constexpr; the host uses their .value.
+PHASE_STATS = tl.constexpr(0)
+PHASE_GRAD = tl.constexpr(1)
+
+N_PARTIALS = tl.constexpr(5)  # m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def split_row_kernel(
+    logits_ptr,  # (n_rows, n_cols), row stride logits_stride
+    target_ptr,  # (n_rows, n_cols) target logits, or a dummy
+    labels_ptr,  # (n_rows,) labels, or a dummy
+    mask_ptr,  # (n_rows,) bool row mask, or a dummy
+    grad_ptr,  # (n_rows, n_cols) contiguous gradient out
+    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid
+    partials_ptr,  # (n_rows, 5, NUM_CHUNKS) fp32 chunk summaries
+    counters_ptr,  # (n_rows,) int32 arrival counters, zero before the launch (cooperative form only)
+    n_rows,
+    n_cols,
+    n_slots,  # rows handled at once: programs = n_slots * NUM_CHUNKS
+    logits_stride,
+    target_stride,
+    ignore_index,
+    grad_scale,
+    loss_scale,
+    LOSS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    COMPUTE_GRAD: tl.constexpr,
+    PHASE: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_POW2: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    slot = pid // NUM_CHUNKS
+    chunk = pid % NUM_CHUNKS
+    start = chunk.to(tl.int64) * BLOCK_SIZE
+    cols = tl.arange(0, BLOCK_SIZE)
+    in_row = cols < n_cols - start
+    lanes = tl.arange(0, CHUNKS_POW2)
+    lane_used = lanes < NUM_CHUNKS
+
+    # int64 rows: row * stride can pass 2**31 (32K rows x 128K vocab)
+    for row in range(slot.to(tl.int64), n_rows, n_slots):
+        x_row = logits_ptr + row * logits_stride
+        t_row = target_ptr + row * target_stride
+        g_tile = grad_ptr + row * n_cols + start
+        partials = partials_ptr + row * (N_PARTIALS * NUM_CHUNKS)
+
+        valid = row >= 0
+        label = -1
+        if LOSS == CE_LABELS:
+            label = tl.load(labels_ptr + row).to(tl.int64)
+            valid = label != ignore_index
+        if HAS_MASK:
+            valid = valid & (tl.load(mask_ptr + row) != 0)
+
+        if valid:
+            if PHASE == PHASE_STATS:
+                x2 = load_scaled(x_row + start, cols, n_cols - start)
+                t2 = x2
+                if LOSS != CE_LABELS:
+                    t2 = load_scaled(t_row + start, cols, n_cols - start)
+                m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
+                tl.store(partials + 0 * NUM_CHUNKS + chunk, m_x)
+                tl.store(partials + 1 * NUM_CHUNKS + chunk, s_x)
+                tl.store(partials + 2 * NUM_CHUNKS + chunk, m_t)
+                tl.store(partials + 3 * NUM_CHUNKS + chunk, s_t)
+                tl.store(partials + 4 * NUM_CHUNKS + chunk, acc)
+            if PHASE == PHASE_GRAD:
+                # volatile: bypass L1, which is not coherent with other SMs' stores.
+                all_m_x = tl.load(partials + 0 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+                all_s_x = tl.load(partials + 1 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+                all_m_t = tl.load(partials + 2 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+                all_s_t = tl.load(partials + 3 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+                all_acc = tl.load(partials + 4 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+                big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
+                    all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
+                )
+                x_label = 0.0
+                if LOSS == CE_LABELS:
+                    x_label = tl.load(x_row + label).to(tl.float32)
+                loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
+                tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
+                if COMPUTE_GRAD:
+                    lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
+                    # The kernel boundary was the barrier: re-read the chunk (the cooperative form keeps it).
+                    x2 = load_scaled(x_row + start, cols, n_cols - start)
+                    t2 = x2
+                    if LOSS != CE_LABELS:
+                        t2 = load_scaled(t_row + start, cols, n_cols - start)
+                    e_x = tl.exp2(x2 - big_m_x)
+                    e_t = tl.exp2(t2 - big_m_t)
+                    grad = tile_gradient(
+                        e_x, 1.0 / big_s_x, e_t, 1.0 / big_s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
+                    )
+                    tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
+        else:
+            if PHASE == PHASE_GRAD:
+                tl.store(loss_rows_ptr + row, 0.0, mask=chunk == 0)
+                if COMPUTE_GRAD:
+                    tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
+
+
+@triton.jit
+def split_row_cooperative_kernel(
+    logits_ptr,
+    target_ptr,
+    labels_ptr,
+    mask_ptr,
+    grad_ptr,
+    loss_rows_ptr,
+    partials_ptr,
+    counters_ptr,
+    n_rows,
+    n_cols,
+    n_slots,
+    logits_stride,
+    target_stride,
+    ignore_index,
+    grad_scale,
+    loss_scale,
+    LOSS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    COMPUTE_GRAD: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_POW2: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """The one-read form (same arguments as split_row_kernel, no PHASE). Persistent: program
+    (slot, chunk) handles chunk `chunk` of rows slot, slot + n_slots, ...
+
+    (Loading the next row's chunk before this row's exchange was measured on the H100 and did not
+    pay: it raised registers per thread and cut the programs that fit; see the notes in README.)
+    """
+    pid = tl.program_id(0)
+    slot = pid // NUM_CHUNKS
+    chunk = pid % NUM_CHUNKS
+    start = chunk.to(tl.int64) * BLOCK_SIZE
+    cols = tl.arange(0, BLOCK_SIZE)
+    in_row = cols < n_cols - start
+    lanes = tl.arange(0, CHUNKS_POW2)
+    lane_used = lanes < NUM_CHUNKS
+
+    for row in range(slot.to(tl.int64), n_rows, n_slots):
+        x_row = logits_ptr + row * logits_stride
+        g_tile = grad_ptr + row * n_cols + start
+        partials = partials_ptr + row * (N_PARTIALS * NUM_CHUNKS)
+
+        valid = row >= 0
+        label = -1
+        if LOSS == CE_LABELS:
+            label = tl.load(labels_ptr + row).to(tl.int64)
+            valid = label != ignore_index
+        if HAS_MASK:
+            valid = valid & (tl.load(mask_ptr + row) != 0)
+
+        if valid:
+            x2 = load_scaled(x_row + start, cols, n_cols - start)
+            t2 = x2
+            if LOSS != CE_LABELS:
+                t2 = load_scaled(target_ptr + row * target_stride + start, cols, n_cols - start)
+            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
+            tl.store(partials + 0 * NUM_CHUNKS + chunk, m_x)
+            tl.store(partials + 1 * NUM_CHUNKS + chunk, s_x)
+            tl.store(partials + 2 * NUM_CHUNKS + chunk, m_t)
+            tl.store(partials + 3 * NUM_CHUNKS + chunk, s_t)
+            tl.store(partials + 4 * NUM_CHUNKS + chunk, acc)
+            # Release our summary, then wait (acquire) until every chunk of the row has arrived.
+            arrived = tl.atomic_add(counters_ptr + row, 1, sem="acq_rel") + 1
+            while arrived < NUM_CHUNKS:
+                arrived = tl.atomic_add(counters_ptr + row, 0, sem="acquire")
+            # volatile: bypass L1, which is not coherent with other SMs' stores.
+            all_m_x = tl.load(partials + 0 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+            all_s_x = tl.load(partials + 1 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+            all_m_t = tl.load(partials + 2 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+            all_s_t = tl.load(partials + 3 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+            all_acc = tl.load(partials + 4 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+            big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
+                all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
+            )
+            x_label = 0.0
+            if LOSS == CE_LABELS:
+                x_label = tl.load(x_row + label).to(tl.float32)
+            loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
+            tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
+            if COMPUTE_GRAD:
+                # The exponentials are still in registers: only a per-chunk factor changes.
+                lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
+                q_factor = rescale(m_x, big_m_x) / big_s_x
+                p_factor = rescale(m_t, big_m_t) / big_s_t
+                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols + start, label, lse_diff2, loss, LOSS)
+                tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
+        else:
+            tl.store(loss_rows_ptr + row, 0.0, mask=chunk == 0)
+            if COMPUTE_GRAD:
+                tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
+
+
+def default_split_row_config(n_cols: int) -> tuple[int, int]:
+    """Chunks of up to 4K columns with 4 warps (32 values per thread per live tile): the best split_row
+    configuration for most shapes of the H100 sweep (data/h100-sxm-80gb/split_row_tuning.csv)."""
+    block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4096)
+    return block_size, 4
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_RESIDENT_CACHE: dict = {}
+
+
+def max_resident_programs(launch: Launch) -> int:
+    """How many programs of this launch the GPU holds at once (0 if unknown: then never go cooperative).
+
+    Compiles the kernel (no launch), reads its registers and shared memory, and applies NVIDIA's
+    occupancy algorithm (``perfutils.occupancy``) times the number of SMs.
+    """
+    device = launch.args["logits_ptr"].device
+    if device.type != "cuda":
+        return 0
+    key = (device.index, launch.fn, tuple(sorted(launch.constexprs.items())), launch.num_warps,
+           tuple(str(v.dtype) for v in launch.args.values() if isinstance(v, torch.Tensor)))
+    if key not in _RESIDENT_CACHE:
+        from perfutils.occupancy import occupancy  # local import: perfutils is optional at import time
+
+        with torch.cuda.device(device):
+            kernel = launch.fn.warmup(
+                **launch.args, **launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
+                num_stages=launch.num_stages,
+            )
+            kernel._init_handles()  # loads the binary: fills n_regs
+            props = torch.cuda.get_device_properties(device)
+        occ = occupancy(
+            cc=(props.major, props.minor),
+            threads_per_block=32 * launch.num_warps,
+            registers_per_thread=kernel.n_regs,
+            dynamic_shared_bytes=kernel.metadata.shared,
+            opt_in=kernel.metadata.shared > 48 * 1024,
+        )
+        _RESIDENT_CACHE[key] = occ.blocks_per_sm * props.multi_processor_count
+    return _RESIDENT_CACHE[key]
+
+
+def plan_split_row(
+    problem: Problem,
+    block_size: int | None = None,
+    num_warps: int | None = None,
+    *,
+    cooperative: bool | None = None,
+) -> Plan:
+    """Plan the split-row variant.
+
+    cooperative: None picks the one-read cooperative kernel when it is safe (a GPU, not the
+    interpreter, and a grid that fits on the device at once), else the two-launch form; True
+    demands the cooperative kernel and raises if it cannot run safely; False forces two launches.
+    """
+    default_block, default_warps = default_split_row_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    if cooperative not in (None, True, False):
+        raise TypeError(f"cooperative must be None, True or False, got {cooperative!r}")
+    num_chunks = triton.cdiv(problem.n_cols, block_size)
+    loss_rows, grad = allocate_outputs(problem)
+    config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
+
+    if num_chunks == 1:  # the row fits in one program: nothing to exchange
+        launches = [fused_launch(problem, block_size, num_warps, loss_rows, grad)]
+        return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "single"})
+
+    device = problem.logits.device
+    partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
+    counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device)
+    dummy = problem.dummy()
+
+    def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
+        phase_arg = {} if phase is None else {"PHASE": phase.value}
+        return Launch(
+            name=name,
+            fn=split_row_kernel if phase is not None else split_row_cooperative_kernel,
+            grid=(n_slots * num_chunks,),
+            args=dict(
+                logits_ptr=problem.logits,
+                target_ptr=problem.target if problem.target is not None else dummy,
+                labels_ptr=problem.labels if problem.labels is not None else dummy,
+                mask_ptr=problem.mask if problem.mask is not None else dummy,
+                grad_ptr=grad if grad is not None else dummy,
+                loss_rows_ptr=loss_rows,
+                partials_ptr=partials,
+                counters_ptr=counters,
+                n_rows=problem.n_rows,
+                n_cols=problem.n_cols,
+                n_slots=n_slots,
+                logits_stride=problem.logits.stride(0),
+                target_stride=problem.target.stride(0) if problem.target is not None else 0,
+                ignore_index=problem.ignore_index,
+                grad_scale=problem.grad_scale,
+                loss_scale=problem.loss_scale,
+            ),
+            constexprs=dict(
+                LOSS=problem.loss_code,
+                HAS_MASK=problem.mask is not None,
+                COMPUTE_GRAD=problem.compute_grad,
+                **phase_arg,
+                NUM_CHUNKS=num_chunks,
+                CHUNKS_POW2=max(2, next_power_of_2(num_chunks)),
+                BLOCK_SIZE=block_size,
+            ),
+            num_warps=num_warps,
+        )
+
+    want_cooperative = cooperative is not False and device.type == "cuda" and not interpreting()
+    if cooperative and not want_cooperative:
+        raise ValueError(
+            "cooperative=True needs a CUDA device and compiled kernels (not TRITON_INTERPRET=1): its programs "
+            "wait for each other, which the interpreter (one program at a time) cannot run"
+        )
+    if want_cooperative and problem.n_rows:
+        coop = launch(None, 1, "split_row.cooperative")
+        resident = max_resident_programs(coop)
+        n_slots = min(problem.n_rows, resident // num_chunks)
+        if n_slots >= 1:
+            coop.grid = (n_slots * num_chunks,)
+            coop.args["n_slots"] = n_slots
+            return Plan(
+                "split_row",
+                [coop],
+                finisher(problem, loss_rows, grad),
+                {**config, "mode": "cooperative", "programs": n_slots * num_chunks, "resident_programs": resident},
+                reset=counters.zero_,
+            )
+        if cooperative:
+            raise ValueError(
+                f"cooperative split_row cannot run: a row needs {num_chunks} programs at once but the device holds "
+                f"only {resident} of this kernel; use a larger block_size or cooperative=None"
+            )
+    launches = [launch(PHASE_STATS, problem.n_rows, "split_row.stats"), launch(PHASE_GRAD, problem.n_rows, "split_row.grad")]
+    return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "multi_launch"})

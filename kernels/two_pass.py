@@ -1,0 +1,204 @@
+"""Variant "two_pass": Option B of Fast-LLM issue #497 — statistics to memory, then a gradient kernel.
+
+Launch 1 (``two_pass_stats_kernel``, one program per row) runs the online softmax over column tiles
+and stores each row's loss and the two log-sum-exps it needs later. Launch 2
+(``two_pass_grad_kernel``, a 2-D grid of rows × column tiles) reloads those per-row numbers, re-reads
+its tile of logits (and target) and writes the gradient. Each launch has its own block size and warps.
+
+Every element is read twice from DRAM: labels CE moves 6 B/elem in bf16, the distribution losses 10.
+In exchange each program holds only one tile, and the gradient grid has many small programs.
+"""
+
+import triton
+import triton.language as tl
+
+import torch
+
+from .launch import Launch, Plan
+from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
+from .row_math import CE_LABELS, combine_statistics, load_scaled, row_loss, tile_gradient, tile_statistics
+
+
+@triton.jit
+def two_pass_stats_kernel(
+    logits_ptr,
+    target_ptr,
+    labels_ptr,
+    mask_ptr,
+    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid
+    row_stats_ptr,  # (n_rows, 4) fp32 out: lse2_x, lse2_t, row loss (natural units), valid flag
+    n_cols,
+    logits_stride,
+    target_stride,
+    ignore_index,
+    loss_scale,
+    LOSS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x_row = logits_ptr + row * logits_stride
+    t_row = target_ptr + row * target_stride
+
+    valid = row >= 0  # a run-time "true", so the flag below is always a tensor
+    label = -1
+    if LOSS == CE_LABELS:
+        label = tl.load(labels_ptr + row).to(tl.int64)
+        valid = label != ignore_index
+    if HAS_MASK:
+        valid = valid & (tl.load(mask_ptr + row) != 0)
+
+    lse2_x = 0.0
+    lse2_t = 0.0
+    loss = 0.0
+    if valid:
+        x_label = 0.0
+        if LOSS == CE_LABELS:
+            x_label = tl.load(x_row + label).to(tl.float32)
+        x2 = load_scaled(x_row, cols, n_cols)
+        t2 = x2
+        if LOSS != CE_LABELS:
+            t2 = load_scaled(t_row, cols, n_cols)
+        m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
+        for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
+            x2 = load_scaled(x_row + start, cols, n_cols - start)
+            t2 = x2
+            if LOSS != CE_LABELS:
+                t2 = load_scaled(t_row + start, cols, n_cols - start)
+            tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
+            m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
+        loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
+        lse2_x = m_x + tl.log2(s_x)
+        lse2_t = m_t + tl.log2(s_t)
+    tl.store(loss_rows_ptr + row, loss * loss_scale)
+    tl.store(row_stats_ptr + row * 4 + 0, lse2_x)
+    tl.store(row_stats_ptr + row * 4 + 1, lse2_t)
+    tl.store(row_stats_ptr + row * 4 + 2, loss)
+    tl.store(row_stats_ptr + row * 4 + 3, valid.to(tl.float32))
+
+
+@triton.jit
+def two_pass_grad_kernel(
+    logits_ptr,
+    target_ptr,
+    labels_ptr,
+    row_stats_ptr,
+    grad_ptr,
+    n_cols,
+    logits_stride,
+    target_stride,
+    grad_scale,
+    LOSS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1).to(tl.int64) * BLOCK_SIZE
+    cols = tl.arange(0, BLOCK_SIZE)
+    in_row = cols < n_cols - start
+    g_tile = grad_ptr + row * n_cols + start
+    valid = tl.load(row_stats_ptr + row * 4 + 3) != 0.0
+    if valid:
+        lse2_x = tl.load(row_stats_ptr + row * 4 + 0)
+        lse2_t = tl.load(row_stats_ptr + row * 4 + 1)
+        kl = tl.load(row_stats_ptr + row * 4 + 2)
+        label = -1
+        if LOSS == CE_LABELS:
+            label = tl.load(labels_ptr + row).to(tl.int64)
+        x2 = load_scaled(logits_ptr + row * logits_stride + start, cols, n_cols - start)
+        t2 = x2
+        if LOSS != CE_LABELS:
+            t2 = load_scaled(target_ptr + row * target_stride + start, cols, n_cols - start)
+        # softmax straight from the stored log-sum-exp: exp2(x2 - lse2) needs no max or sum here.
+        e_x = tl.exp2(x2 - lse2_x)
+        e_t = tl.exp2(t2 - lse2_t)
+        grad = tile_gradient(e_x, 1.0, e_t, 1.0, x2 - t2, cols + start, label, lse2_x - lse2_t, kl, LOSS)
+        tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
+    else:
+        tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
+
+
+def default_two_pass_config(n_cols: int) -> tuple[int, int]:
+    """Moderate tiles for both launches: the stats loop streams the row, the grad grid needs no big tile."""
+    block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 8192)
+    return block_size, min(8, max(4, block_size // 1024))
+
+
+def plan_two_pass(
+    problem: Problem,
+    block_size: int | None = None,
+    num_warps: int | None = None,
+    *,
+    stats_block_size: int | None = None,
+    stats_num_warps: int | None = None,
+    grad_block_size: int | None = None,
+    grad_num_warps: int | None = None,
+) -> Plan:
+    default_block, default_warps = default_two_pass_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    stats_block = check_block_size(stats_block_size, "stats_block_size") if stats_block_size else block_size
+    grad_block = check_block_size(grad_block_size, "grad_block_size") if grad_block_size else block_size
+    stats_warps = check_num_warps(stats_num_warps, "stats_num_warps") if stats_num_warps else num_warps
+    grad_warps = check_num_warps(grad_num_warps, "grad_num_warps") if grad_num_warps else num_warps
+
+    loss_rows, grad = allocate_outputs(problem)
+    row_stats = torch.empty((problem.n_rows, 4), dtype=torch.float32, device=problem.logits.device)
+    dummy = problem.dummy()
+    target = problem.target if problem.target is not None else dummy
+    labels = problem.labels if problem.labels is not None else dummy
+    target_stride = problem.target.stride(0) if problem.target is not None else 0
+    launches = [
+        Launch(
+            name="two_pass.stats",
+            fn=two_pass_stats_kernel,
+            grid=(problem.n_rows,),
+            args=dict(
+                logits_ptr=problem.logits,
+                target_ptr=target,
+                labels_ptr=labels,
+                mask_ptr=problem.mask if problem.mask is not None else dummy,
+                loss_rows_ptr=loss_rows,
+                row_stats_ptr=row_stats,
+                n_cols=problem.n_cols,
+                logits_stride=problem.logits.stride(0),
+                target_stride=target_stride,
+                ignore_index=problem.ignore_index,
+                loss_scale=problem.loss_scale,
+            ),
+            constexprs=dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, BLOCK_SIZE=stats_block),
+            num_warps=stats_warps,
+        )
+    ]
+    if problem.compute_grad:
+        launches.append(
+            Launch(
+                name="two_pass.grad",
+                fn=two_pass_grad_kernel,
+                grid=(problem.n_rows, triton.cdiv(problem.n_cols, grad_block)),
+                args=dict(
+                    logits_ptr=problem.logits,
+                    target_ptr=target,
+                    labels_ptr=labels,
+                    row_stats_ptr=row_stats,
+                    grad_ptr=grad,
+                    n_cols=problem.n_cols,
+                    logits_stride=problem.logits.stride(0),
+                    target_stride=target_stride,
+                    grad_scale=problem.grad_scale,
+                ),
+                constexprs=dict(LOSS=problem.loss_code, BLOCK_SIZE=grad_block),
+                num_warps=grad_warps,
+            )
+        )
+    return Plan(
+        variant="two_pass",
+        launches=launches,
+        finish=finisher(problem, loss_rows, grad),
+        config={
+            "block_size": stats_block,
+            "num_warps": stats_warps,
+            "grad_block_size": grad_block,
+            "grad_num_warps": grad_warps,
+        },
+    )

@@ -1,0 +1,83 @@
+"""Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml`` and ``python -m perfutils info``.
+
+Exit codes: 0 success, 1 the sweep stopped on a runtime problem (no GPU, unusable CUDA context),
+2 bad arguments or input files (argparse's convention), 130 interrupted (rows measured so far are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .records import DataFileError, IncompatibleDataError
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m perfutils", description="Measure and record fused-loss kernel sweeps.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sweep = commands.add_parser("sweep", help="run a sweep from a YAML config (resumes where a previous run stopped)")
+    sweep.add_argument("--config", required=True, help="YAML sweep config, e.g. notebooks/params/block_size.yaml")
+    sweep.add_argument("--out", default=None, help="data directory (overrides the config's 'out'; default data/)")
+    sweep.add_argument("--dry-run", action="store_true", help="list the configurations and exit; measures nothing")
+    sweep.add_argument("--retry-errors", action="store_true", help="run again configurations recorded only as errors")
+    sweep.add_argument("--allow-mixed", action="store_true", help="append even if the file holds another GPU's data or schema")
+    sweep.add_argument(
+        "--overwrite", action="store_true", help="start the file afresh (the old CSV/JSON are renamed *.replaced-<time>.*, not deleted)"
+    )
+
+    info = commands.add_parser("info", help="print this machine's metadata (what a data file's sidecar records)")
+    info.add_argument("--copy", action="store_true", help="also measure device copy bandwidth (needs a GPU)")
+    return parser
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from .sweep import load_config, run_sweep
+
+    overrides = {}
+    if args.out is not None:
+        overrides["out"] = args.out
+    if args.retry_errors:
+        overrides["retry_errors"] = True
+    spec = load_config(args.config, overrides=overrides)
+    if args.dry_run:
+        plan = run_sweep(spec, dry_run=True)
+        for key in plan["config_key"]:
+            print(key)
+        print(f"{len(plan)} configurations in study {spec.study!r} (output under {spec.out}/<gpu-slug>/{spec.study}.csv)")
+        return 0
+    frame = run_sweep(spec, allow_mixed=args.allow_mixed, overwrite=args.overwrite)
+    counts = frame["status"].value_counts().to_dict()
+    print(f"done: {len(frame)} rows in {frame.attrs.get('path')} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .metadata import collect_metadata
+
+    copy_gbps = None
+    if args.copy:
+        from .timing import copy_bandwidth_gbps
+
+        copy_gbps = copy_bandwidth_gbps()
+    print(json.dumps(collect_metadata({}, copy_gbps), indent=2, default=str))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    handler = {"sweep": _sweep, "info": _info}[args.command]
+    try:
+        return handler(args)
+    except (ValueError, TypeError, FileNotFoundError, DataFileError, IncompatibleDataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: the rows measured so far are kept; run the same command again to resume", file=sys.stderr)
+        return 130

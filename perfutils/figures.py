@@ -1,0 +1,28 @@
+"""Deterministic figure files: the same data gives byte-identical SVG and PNG files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.rcParams["svg.hashsalt"] = "fused-loss-notebooks"  # stable element ids in SVG
+
+
+def save_figure(fig, path: str | Path, *, formats=("svg", "png"), dpi: int = 120) -> list[Path]:
+    """Save ``fig`` as ``path`` with each suffix in ``formats``, without dates in the metadata."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        target = path.with_suffix(f".{fmt}")
+        metadata = {"Date": None} if fmt in ("svg", "pdf") else {"Software": None}
+        fig.savefig(target, format=fmt, dpi=dpi, bbox_inches="tight", metadata=metadata)
+        written.append(target)
+    return written
+
+
+def caption(gpu_name: str | None, date: str | None, extra: str = "") -> str:
+    """A title suffix naming where and when the data was measured."""
+    parts = [p for p in (gpu_name, f"measured {date[:10]}" if date else None, extra) if p]
+    return " · ".join(parts)

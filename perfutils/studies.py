@@ -1,0 +1,115 @@
+"""Studies made of hand-picked cases (not a full grid): the #497 case study and the peer benchmark.
+
+A case is ``(variant, block_size, num_warps)``; a variant is one of the project's (``fused``,
+``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.providers` (``eager``,
+``torch_compile``, ``liger``). Every case runs through the sweep harness, so its rows have the same
+schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
+
+    python -m perfutils.studies case_study --out data
+    python -m perfutils.studies benchmark --out data
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Iterable
+
+from . import providers
+from .sweep import GpuMeasurer, KnownNames, known_names, load_config, run_sweep
+
+# Fast-LLM issue #497: the fused kernel with a 32K tile cap (its default), Option A caps, Option B.
+CASE_STUDY_CASES = [
+    ("eager", None, None),
+    ("torch_compile", None, None),
+    ("fused", None, None),  # block_size = min(next_pow2(vocab), 32768): the issue's kernel
+    ("fused", 16384, None),
+    ("fused", 8192, None),
+    ("fused", 4096, None),
+    ("two_pass", None, None),
+    ("split_row", None, None),
+    ("auto", None, None),
+]
+
+BENCHMARK_CASES = [
+    ("eager", None, None),
+    ("torch_compile", None, None),
+    ("liger", None, None),
+    ("fused", None, None),
+    ("two_pass", None, None),
+    ("split_row", None, None),
+    ("auto", None, None),
+]
+
+
+def case_label(variant: str, block_size: Any) -> str:
+    """Readable names for the case-study figure."""
+    if variant == "fused" and (block_size is None or block_size != block_size):
+        return "fused, 32K cap (#497)"
+    if variant == "fused":
+        return f"fused, cap {int(block_size) // 1024}K (Option A)"
+    if variant == "two_pass":
+        return "two-pass (Option B)"
+    return {"torch_compile": "torch.compile", "split_row": "split_row (ours)", "auto": "auto (ours)"}.get(variant, variant)
+
+
+def _known_with_providers() -> KnownNames:
+    known = known_names()
+    return KnownNames(known.loss_target_formats, None, known.block_size_range)
+
+
+def run_cases(
+    study: str,
+    cases: Iterable[tuple[str, int | None, int | None]],
+    *,
+    losses: Iterable[tuple[str, str]],
+    vocabs: Iterable[int],
+    tokens: Iterable[int] = (4096,),
+    dtype: str = "bf16",
+    out: str = "data",
+    skip_liger_if_missing: bool = True,
+    log=print,
+    **settings: Any,
+):
+    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``."""
+    known = _known_with_providers()
+    cases = [c for c in cases if not (c[0] == "liger" and skip_liger_if_missing and not providers.liger_available())]
+    measurer = None
+    frames = []
+    for loss, target_format in losses:
+        for variant, block_size, num_warps in cases:
+            if variant == "liger" and target_format != "labels":
+                continue
+            config = dict(
+                study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
+                tokens=list(tokens), vocab=list(vocabs), block_size=block_size, num_warps=num_warps, **settings,
+            )
+            spec = load_config(config, known=known)
+            if measurer is None:  # one measurer: inputs and references are built once per shape
+                measurer = GpuMeasurer(spec, prepare=providers.prepare, log=log)
+            frames.append(run_sweep(spec, measure=measurer, log=log))
+    return frames[-1] if frames else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfutils.studies", description="Run a case study on the GPU.")
+    parser.add_argument("study", choices=["case_study", "benchmark"])
+    parser.add_argument("--out", default="data")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
+    parser.add_argument("--vocab", type=int, nargs="+", default=None)
+    parser.add_argument("--loss", nargs="+", default=None, help="loss:target_format, e.g. reverse_kl:logits")
+    args = parser.parse_args(argv)
+    if args.study == "case_study":
+        losses = [("reverse_kl", "logits")]
+        cases, vocabs = CASE_STUDY_CASES, args.vocab or [32768, 65536, 131072]
+    else:
+        losses = [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("reverse_kl", "logits")]
+        cases, vocabs = BENCHMARK_CASES, args.vocab or [32768, 65536, 131072]
+    if args.loss:
+        losses = [tuple(item.split(":")) for item in args.loss]
+    run_cases(args.study, cases, losses=losses, vocabs=vocabs, tokens=args.tokens, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# How the committed H100 data was produced: stages run on the GPU machine from the repo root, each
+# well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
+#   scripts/collect_h100.sh ceilings|tuning|case|fused|two_pass|benchmark|teaching|profiling|gpu-tests
+set -euo pipefail
+export PYTHONUNBUFFERED=1
+stage="${1:?stage}"
+case "$stage" in
+  ceilings)
+    python3 - <<'PY'
+from pathlib import Path
+import torch
+from perfutils import ceilings, metadata, records
+df = ceilings.measure_ceilings()
+copy = float(df.loc[df["ceiling"].str.startswith("dram_copy"), "value"].max())
+path = records.data_path("data", torch.cuda.get_device_name(), "ceilings")
+if path.exists():
+    raise SystemExit(f"{path} exists: not overwriting recorded ceilings")
+meta = metadata.collect_metadata({"study": "ceilings"}, copy)
+meta["copy_gbps"] = copy
+ceilings.write_ceilings(df, path, meta)
+print(df.to_string())
+PY
+    ;;
+  tuning) python3 -m perfutils sweep --config notebooks/params/split_row_tuning.yaml ;;
+  case) python3 -m perfutils.studies case_study --out data ;;
+  fused) python3 -m perfutils sweep --config notebooks/params/sweep_fused.yaml ;;
+  two_pass) python3 -m perfutils sweep --config notebooks/params/sweep_two_pass.yaml ;;
+  benchmark) python3 -m perfutils.studies benchmark --out data ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac

@@ -1,0 +1,322 @@
+"""Correctness of every loss x variant x dtype against PyTorch's own losses in float64.
+
+The oracle (``Oracle.torch_loss`` in conftest.py) is F.cross_entropy / F.kl_div on the same inputs
+upcast to float64, with torch.autograd for the gradient. Tolerance: relative L2 error 1e-5 in fp32,
+1e-2 in bf16/fp16 (the gradient is stored in the logits' dtype).
+
+Sizes are chosen for the Triton interpreter (CPU): a distribution loss costs ~0.15 ms per padded
+element there (its tuple reductions run element by element in Python), so vocabularies are large
+only where they exercise a path (many tiles, many split_row chunks) and rows are few. Explicit
+small block sizes force the multi-tile (fused, two_pass) and multi-chunk (split_row) code paths.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import kernels
+from kernels import reference
+
+VARIANTS = ["fused", "two_pass", "split_row", "auto"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+LOSS_FORMATS = [
+    ("cross_entropy", "labels"),
+    ("cross_entropy", "logits"),
+    ("forward_kl", "logits"),
+    ("reverse_kl", "logits"),
+]
+LOSS_IDS = [f"{loss}-{fmt}" for loss, fmt in LOSS_FORMATS]
+WARPS = [1, 2, 4, 8, 16, 32]
+
+
+def dtype_id(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def run(logits, target, loss, fmt, variant, **options):
+    return kernels.entropy_loss_forward_backward(logits, target, loss=loss, target_format=fmt, variant=variant, **options)
+
+
+# --------------------------------------------------------------------------------------------
+# The main matrix: every loss x variant x dtype, several tiles / chunks per row
+# --------------------------------------------------------------------------------------------
+
+MATRIX = list(itertools.product(range(len(LOSS_FORMATS)), VARIANTS, DTYPES))
+
+
+@pytest.mark.parametrize(
+    "loss_index, variant, dtype",
+    MATRIX,
+    ids=[f"{LOSS_IDS[i]}-{v}-{dtype_id(d)}" for i, v, d in MATRIX],
+)
+def test_matches_torch(loss_index, variant, dtype, gen, oracle):
+    loss, fmt = LOSS_FORMATS[loss_index]
+    # fp32: 1000 columns in tiles / chunks of 128, 8 per row, the last one partial. bf16 / fp16
+    # (whose tolerance hides less): 300 columns in 5 tiles of 64, to keep the interpreter quick.
+    vocab, block_size = (1000, 128) if dtype == torch.float32 else (300, 64)
+    logits, target = oracle.make_inputs(gen, (3, vocab), dtype, fmt)
+    num_warps = WARPS[(loss_index + VARIANTS.index(variant)) % len(WARPS)]
+    result = run(logits, target, loss, fmt, variant, block_size=block_size, num_warps=num_warps)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, label=f"{loss}/{fmt}/{variant}/{dtype}")
+
+
+# --------------------------------------------------------------------------------------------
+# Irregular vocabulary sizes
+# --------------------------------------------------------------------------------------------
+
+# (vocab, rows, block_size, dtype): 1 and 7 fit one tile (padding lanes), 5003 spans 20 tiles of 256.
+VOCABS = [
+    (1, 5, None, torch.bfloat16),
+    (7, 6, None, torch.float16),
+    (7, 4, 16, torch.float32),
+    (5003, 2, 256, torch.float32),
+]
+# Every loss x variant at every vocab, except that at 5003 each variant runs labels CE and one of the
+# (slow under the interpreter) distribution losses, in rotation.
+VOCAB_CASES = [
+    (i, v, k)
+    for i, v, k in itertools.product(range(len(LOSS_FORMATS)), VARIANTS, range(len(VOCABS)))
+    if VOCABS[k][0] != 5003 or i == 0 or i == 1 + VARIANTS.index(v) % 3
+]
+
+
+@pytest.mark.parametrize(
+    "loss_index, variant, vocab_index",
+    VOCAB_CASES,
+    ids=[
+        f"{LOSS_IDS[i]}-{v}-V{VOCABS[k][0]}-bs{VOCABS[k][2]}-{dtype_id(VOCABS[k][3])}"
+        for i, v, k in VOCAB_CASES
+    ],
+)
+def test_vocab_sizes(loss_index, variant, vocab_index, gen, oracle):
+    loss, fmt = LOSS_FORMATS[loss_index]
+    vocab, rows, block_size, dtype = VOCABS[vocab_index]
+    logits, target = oracle.make_inputs(gen, (rows, vocab), dtype, fmt)
+    result = run(logits, target, loss, fmt, variant, block_size=block_size)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, label=f"V={vocab}")
+
+
+def test_vocab_5003_default_blocks(gen, oracle):
+    """Default configurations (no block_size): one wide tile per row, masked padding lanes (labels CE)."""
+    logits, target = oracle.make_inputs(gen, (3, 5003), torch.bfloat16, "labels")
+    for variant in VARIANTS:
+        oracle.check(logits, target, run(logits, target, "cross_entropy", "labels", variant), label=variant)
+
+
+# --------------------------------------------------------------------------------------------
+# Rows that do not count: ignore_index and loss_mask
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("ignore_index", [-100, 5])
+def test_ignored_rows(variant, ignore_index, gen, oracle):
+    """Ignored rows leave the mean and get a zero gradient; ignore_index may be a valid column index."""
+    dtype = DTYPES[VARIANTS.index(variant) % len(DTYPES)]
+    logits, labels = oracle.make_inputs(gen, (6, 300), dtype, "labels")
+    labels[1] = ignore_index
+    labels[4] = ignore_index
+    if ignore_index == 5:
+        labels[2] = 6  # a neighbour of the ignored value still counts
+    loss, grad = result = run(logits, labels, "cross_entropy", "labels", variant, block_size=64, ignore_index=ignore_index)
+    oracle.check(logits, labels, result, ignore_index=ignore_index, label=variant)
+    assert torch.count_nonzero(grad[[1, 4]]) == 0
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_loss_mask(loss_index, variant, gen, oracle):
+    """loss_mask=False rows leave the mean (reference: mean over unmasked rows) and get a zero gradient."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    dtype = DTYPES[(loss_index + VARIANTS.index(variant)) % len(DTYPES)]
+    logits, target = oracle.make_inputs(gen, (5, 200), dtype, fmt)
+    mask = torch.tensor([True, False, True, True, False], device=logits.device)
+    if fmt == "labels":
+        target[2] = -100  # masked and ignored rows together
+    result = run(logits, target, loss, fmt, variant, block_size=64, loss_mask=mask)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, loss_mask=mask, label=variant)
+    assert torch.count_nonzero(result[1][~mask]) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# grad_output, forward only, batch dimensions
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_grad_output(loss_index, variant, gen, oracle):
+    """The gradient is d(grad_output * loss)/d logits; grad_output may be a float or a 0-d tensor."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (3, 300), torch.float32, fmt)
+    grad_output = 0.37 if (loss_index + VARIANTS.index(variant)) % 2 else torch.tensor(0.37)
+    result = run(logits, target, loss, fmt, variant, block_size=64, grad_output=grad_output)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, grad_output=0.37, label=variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_forward_only(loss_index, variant, gen, oracle):
+    """grad_output=None: the same loss, no gradient (and no gradient launch)."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    dtype = DTYPES[(loss_index + VARIANTS.index(variant)) % len(DTYPES)]
+    logits, target = oracle.make_inputs(gen, (3, 300), dtype, fmt)
+    result = run(logits, target, loss, fmt, variant, block_size=64, grad_output=None)
+    assert result[1] is None
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, grad_output=None, label=variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_batch_dims(loss_index, variant, gen, oracle):
+    """(*batch, vocab) inputs: labels and loss_mask have the batch shape, grad has logits' shape."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    dtype = DTYPES[(loss_index + 2 * VARIANTS.index(variant)) % len(DTYPES)]
+    logits, target = oracle.make_inputs(gen, (2, 3, 100), dtype, fmt)
+    mask = torch.ones(2, 3, dtype=torch.bool, device=logits.device)
+    mask[1, 0] = False
+    if fmt == "labels":
+        target[0, 2] = -100
+    result = run(logits, target, loss, fmt, variant, block_size=64, loss_mask=mask, grad_output=0.37)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt, loss_mask=mask, grad_output=0.37)
+    assert result[1].shape == (2, 3, 100)
+
+
+def test_mixed_target_dtype(gen, oracle):
+    """Target logits may have another float dtype than the logits (fp32 logits, bf16 target)."""
+    for loss in ("cross_entropy", "forward_kl", "reverse_kl"):
+        logits, target = oracle.make_inputs(gen, (3, 100), torch.float32, "logits", target_dtype=torch.bfloat16)
+        result = run(logits, target, loss, "logits", "fused", block_size=32)
+        oracle.check(logits, target, result, loss=loss, target_format="logits", label=loss)
+
+
+# --------------------------------------------------------------------------------------------
+# The PyTorch reference of the package against PyTorch's own losses
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_reference_matches_torch(loss_index, gen, oracle):
+    """kernels.reference (used by benchmarks and GPU tests) agrees with F.cross_entropy / F.kl_div."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (4, 5, 257), torch.bfloat16, fmt)
+    mask = torch.rand(4, 5, generator=gen) > 0.3
+    options = dict(loss=loss, target_format=fmt, loss_mask=mask.to(logits.device))
+    if fmt == "labels":
+        target[0, :2] = 9
+        options["ignore_index"] = 9
+    ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, target, grad_output=0.37, **options)
+    torch_loss, torch_grad = oracle.torch_loss(logits, target, grad_output=0.37, **options)
+    assert oracle.rel_err(ref_loss, torch_loss) <= 1e-12
+    assert oracle.rel_err(ref_grad, torch_grad) <= 1e-12
+    # The differentiable entry point gives the same loss.
+    assert oracle.rel_err(reference.entropy_loss(logits, target, **options), torch_loss) <= 1e-12
+    # Per-row losses: ignored rows give 0, the mean of the rows that count is the loss.
+    rows = reference.row_losses(logits, target, loss=loss, target_format=fmt, **(
+        {"ignore_index": 9} if fmt == "labels" else {}))
+    assert rows.shape == (4, 5) and rows.dtype == torch.float64
+
+
+# --------------------------------------------------------------------------------------------
+# Variant options
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+@pytest.mark.parametrize(
+    "stats_block, grad_block, stats_warps, grad_warps", [(64, 256, 2, 8), (256, 32, 16, 1)], ids=["small-stats", "small-grad"]
+)
+def test_two_pass_options(loss_index, stats_block, grad_block, stats_warps, grad_warps, gen, oracle):
+    """two_pass with its own block sizes and warps for the statistics and the gradient launches."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (2, 700), torch.float32, fmt)
+    plan = kernels.prepare(
+        logits, target, loss=loss, target_format=fmt, variant="two_pass", block_size=128, num_warps=4,
+        stats_block_size=stats_block, grad_block_size=grad_block, stats_num_warps=stats_warps, grad_num_warps=grad_warps,
+    )
+    stats, grad_launch = plan.launches
+    assert (stats.block_size, stats.num_warps) == (stats_block, stats_warps)
+    assert (grad_launch.block_size, grad_launch.num_warps) == (grad_block, grad_warps)
+    assert grad_launch.grid == (2, -(-700 // grad_block))
+    oracle.check(logits, target, plan.run(), loss=loss, target_format=fmt)
+
+
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_split_row_multi_launch(loss_index, gen, oracle):
+    """split_row forced to its two-launch form (cooperative=False), several chunks per row."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (3, 300), torch.bfloat16, fmt)
+    plan = kernels.prepare(logits, target, loss=loss, target_format=fmt, variant="split_row", block_size=64,
+                           num_warps=2, cooperative=False)
+    assert plan.config["mode"] == "multi_launch" and plan.config["num_chunks"] == 5
+    assert [launch.name for launch in plan.launches] == ["split_row.stats", "split_row.grad"]
+    oracle.check(logits, target, plan.run(), loss=loss, target_format=fmt)
+    # A plan can be run again (benchmarks do) and gives the same result.
+    again = plan.run()
+    oracle.check(logits, target, again, loss=loss, target_format=fmt)
+
+
+def test_split_row_modes(gen, oracle):
+    """Rows that fit one chunk use the single-tile kernel; without a GPU cooperative=None is multi-launch."""
+    logits, labels = oracle.make_inputs(gen, (3, 100), torch.float32, "labels")
+    single = kernels.prepare(logits, labels, variant="split_row", block_size=128)
+    assert single.config["mode"] == "single" and [launch.name for launch in single.launches] == ["fused"]
+    oracle.check(logits, labels, single.run())
+    if logits.device.type != "cuda":
+        plan = kernels.prepare(logits, labels, variant="split_row", block_size=32)
+        assert plan.config["mode"] == "multi_launch"
+        auto = kernels.prepare(logits, labels, variant="auto", block_size=32)
+        assert auto.variant == "split_row" and auto.config["mode"] == "multi_launch"
+
+
+# --------------------------------------------------------------------------------------------
+# torch.autograd path and output types
+# --------------------------------------------------------------------------------------------
+
+AUTOGRAD_CASES = [(i, v) for i in range(len(LOSS_FORMATS)) for v in VARIANTS if (i + VARIANTS.index(v)) % 2 == 0]
+
+
+@pytest.mark.parametrize(
+    "loss_index, variant", AUTOGRAD_CASES, ids=[f"{LOSS_IDS[i]}-{v}" for i, v in AUTOGRAD_CASES]
+)
+def test_autograd(loss_index, variant, gen, oracle):
+    """kernels.entropy_loss(...).backward() gives the oracle's gradient and the direct call's gradient."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    dtype = DTYPES[loss_index % len(DTYPES)]
+    logits, target = oracle.make_inputs(gen, (2, 2, 150), dtype, fmt)
+    mask = torch.tensor([[True, False], [True, True]], device=logits.device)
+    options = dict(loss=loss, target_format=fmt, variant=variant, block_size=64)
+    x = logits.clone().requires_grad_(True)
+    value = kernels.entropy_loss(x, target, loss_mask=mask, **options)
+    assert value.dim() == 0 and value.dtype == torch.float32 and value.requires_grad
+    (value * 0.37).backward()
+    oracle.check(logits, target, (value.detach(), x.grad), loss=loss, target_format=fmt, loss_mask=mask,
+                 grad_output=0.37)
+    direct_loss, direct_grad = kernels.entropy_loss_forward_backward(
+        logits, target, loss_mask=mask, grad_output=0.37, **options
+    )
+    assert direct_loss.item() == value.item()
+    assert oracle.rel_err(x.grad, direct_grad) <= oracle.TOLERANCE[dtype]
+    # Without requires_grad the loss is the same and nothing is recorded.
+    plain = kernels.entropy_loss(logits, target, loss_mask=mask, **options)
+    assert plain.item() == value.item() and not plain.requires_grad
+
+
+def test_entropy_loss_rejects_grad_output(gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (2, 10), torch.float32, "labels")
+    with pytest.raises(TypeError, match="grad_output"):
+        kernels.entropy_loss(logits, labels, grad_output=1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_output_types(dtype, gen, oracle):
+    """loss: 0-d float32 tensor on the logits' device; grad: logits' dtype, shape and device, contiguous."""
+    logits, target = oracle.make_inputs(gen, (2, 3, 40), dtype, "logits")
+    for variant in VARIANTS:
+        loss, grad = run(logits, target, "reverse_kl", "logits", variant, block_size=32)
+        assert loss.shape == () and loss.dtype == torch.float32 and loss.device == logits.device
+        assert grad.dtype == dtype and grad.shape == logits.shape and grad.device == logits.device
+        assert grad.is_contiguous()
