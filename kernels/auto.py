@@ -31,7 +31,7 @@ class Choice:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
 @functools.lru_cache(maxsize=None)

@@ -123,7 +123,8 @@ def with_estimates(df: pd.DataFrame, live_tiles: dict, overhead: int = DEFAULT_O
     """
     _check_frame(df, ["loss", "target_format", "block_size", "num_warps", "n_regs", "spill_bytes"])
     if not isinstance(live_tiles, dict):
-        raise TypeError(f"live_tiles: expected a dict like {{'cross_entropy/labels': 2}}, got {type(live_tiles).__name__}")
+        raise TypeError("live_tiles: expected a dict like {'cross_entropy/labels': 2}, "
+                        f"got {type(live_tiles).__name__}")
     out = df.copy()
     labels = out["loss"].astype(str) + "/" + out["target_format"].astype(str)
     unknown = sorted(set(labels) - set(live_tiles))
@@ -149,7 +150,10 @@ def compare_offline_measured(offline: pd.DataFrame, measured: pd.DataFrame, *, o
     """Offline ``n_regs``/``spill_bytes``/``shared_bytes`` beside a GPU sweep's, per configuration.
 
     Keeps offline rows with ``status == "ok"`` and measured rows that have an ``n_regs``; columns
-    ``<x>_offline`` and ``<x>_<measured_name>`` plus ``match`` (all three equal)."""
+    ``<x>_offline`` and ``<x>_<measured_name>``, ``match`` (same registers and same local-memory frame)
+    and ``shared_diff`` (offline minus measured shared bytes). Shared memory is not part of ``match``:
+    the offline count is ``metadata.shared`` plus the cubin's static shared memory as cuobjdump reports
+    it, while a GPU run records Triton's ``metadata.shared`` (dynamic shared memory) alone."""
     on = list(on)
     counts = ["n_regs", "spill_bytes", "shared_bytes"]
     _check_frame(offline, on + counts, "offline")
@@ -169,8 +173,8 @@ def compare_offline_measured(offline: pd.DataFrame, measured: pd.DataFrame, *, o
     merged["match"] = (
         (merged["n_regs_offline"] == merged[f"n_regs_{measured_name}"])
         & (merged["spill_bytes_offline"] == merged[f"spill_bytes_{measured_name}"])
-        & (merged["shared_bytes_offline"] == merged[f"shared_bytes_{measured_name}"])
     )
+    merged["shared_diff"] = merged["shared_bytes_offline"] - merged[f"shared_bytes_{measured_name}"]
     return merged.sort_values(on, kind="mergesort").reset_index(drop=True)
 
 
@@ -277,9 +281,11 @@ def plot_register_pressure(df: pd.DataFrame, *, live_tiles: dict, overhead: int 
             ax.set_xticklabels([f"{b // 1024}K" if b >= 1024 else str(b) for b in blocks], fontsize=7)
     handles = [Line2D([], [], marker=markers[k % len(markers)], color=f"C{k}", linestyle="-" if k == 0 else "none",
                       label=f"n_regs, {s}") for k, s in enumerate(sources)]
-    handles += [Line2D([], [], linestyle="--", color="0.4", label=f"estimate (live tiles x values/thread + {overhead})"),
-                Line2D([], [], linestyle=":", color="tab:red", label="cap: registers/thread ptxas may use"),
-                Line2D([], [], marker="^", linestyle="none", color="tab:red", label="demand when spilling (n_regs + spill/4)")]
+    handles += [
+        Line2D([], [], linestyle="--", color="0.4", label=f"estimate (live tiles x values/thread + {overhead})"),
+        Line2D([], [], linestyle=":", color="tab:red", label="cap: registers/thread ptxas may use"),
+        Line2D([], [], marker="^", linestyle="none", color="tab:red", label="demand when spilling (n_regs + spill/4)"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, -0.01))
     if title is not None:
         fig.suptitle(title, fontsize=10)

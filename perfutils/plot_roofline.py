@@ -295,7 +295,7 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
         for i in range(1, len(keys)):
             if keys[i][0] != keys[i - 1][0]:
                 ax.axhline(i - 0.5, color="0.6", linewidth=0.6)
-        ax.set_xlim(0, 108)
+        ax.set_xlim(0, max(108.0, 1.05 * float(table["pct_of_copy"].max())))
         ax.set_title(f"vocab {vocab:,}", fontsize=9)
         ax.set_xlabel("% of copy bandwidth (minimum bytes / time)")
         ax.grid(True, axis="x", linewidth=0.4, alpha=0.6)

@@ -1147,6 +1147,122 @@ def run_all_gpu(out_dir: str | os.PathLike = "data", *, overwrite: bool = False,
 
 
 # ================================================================================================
+# Summaries the notebooks print (numbers come from the data, never from the prose)
+# ================================================================================================
+
+
+def bandwidth_summary(df: pd.DataFrame, experiment: str, *, x: str = "vocab", fraction: float = 0.8) -> pd.DataFrame:
+    """Per variant of ``experiment``: best GB/s, its % of copy, where it is reached, and the smallest
+    ``x`` from which the variant stays at >= ``fraction`` of its best."""
+    part = _require(df, (experiment,), "bandwidth_summary")
+    rows = []
+    for variant, group in part.groupby("variant", sort=True):
+        group = group.sort_values(x)
+        best = group.loc[group["gbps"].idxmax()]
+        good = group["gbps"] >= fraction * best["gbps"]
+        # the first x after which every point is good (a later dip resets it)
+        bad_positions = [i for i, flag in enumerate(good.tolist()) if not flag]
+        from_index = bad_positions[-1] + 1 if bad_positions else 0
+        rows.append({"variant": variant, "best_gbps": float(best["gbps"]), "best_pct_of_copy": float(best["pct_of_copy"]),
+                     f"{x}_at_best": int(best[x]),
+                     f"{x}_from_{int(fraction * 100)}pct": int(group[x].iloc[from_index]) if from_index < len(group) else None})
+    return pd.DataFrame(rows)
+
+
+def irregular_vs_regular(df: pd.DataFrame) -> pd.DataFrame:
+    """GB/s at each irregular size next to the power-of-two curve interpolated (in log2 n) at that size."""
+    import numpy as np
+
+    regular = _require(df, ("vector_add",), "irregular_vs_regular")
+    irregular = _require(df, ("vector_add_irregular",), "irregular_vs_regular")
+    rows = []
+    for (variant, n), group in irregular.groupby(["variant", "vocab"], sort=True):
+        curve = regular[regular["variant"] == variant].sort_values("vocab")
+        if len(curve) < 2 or not curve["vocab"].min() <= n <= curve["vocab"].max():
+            continue
+        expected = float(np.interp(math.log2(n), np.log2(curve["vocab"].astype(float)), curve["gbps"]))
+        measured = float(group["gbps"].iloc[0])
+        rows.append({"variant": variant, "n": int(n), "gbps": measured, "gbps_power_of_two_curve": expected,
+                     "ratio": measured / expected, "idle_lanes_of_1024": mask_stats(int(n), 1024)["idle_lanes"]})
+    return pd.DataFrame(rows)
+
+
+def tile_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per size of the tile study: the fastest (BLOCK_SIZE, num_warps), the slowest, and the autotuner's
+    pick with its GB/s as a fraction of the best measured in the sweep."""
+    part = _require(df, ("add_tile",), "tile_summary")
+    picks = _ok(df[df["loss"] == "add_autotune"])
+    rows = []
+    for n, group in part.groupby("vocab", sort=True):
+        best = group.loc[group["gbps"].idxmax()]
+        worst = group.loc[group["gbps"].idxmin()]
+        row = {"n": int(n), "best": f"{int(best['block_size'])}/{int(best['num_warps'])}", "best_gbps": float(best["gbps"]),
+               "worst": f"{int(worst['block_size'])}/{int(worst['num_warps'])}", "worst_gbps": float(worst["gbps"])}
+        pick = picks[picks["vocab"] == n]
+        if not pick.empty and pd.notna(pick["block_size"].iloc[0]):
+            row["autotune"] = f"{int(pick['block_size'].iloc[0])}/{int(pick['num_warps'].iloc[0])}"
+            row["autotune_gbps"] = float(pick["gbps"].iloc[0])
+            row["autotune_vs_best"] = row["autotune_gbps"] / row["best_gbps"]
+            if "autotune_ms" in pick and pd.notna(pick["autotune_ms"].iloc[0]):
+                row["autotune_ms"] = float(pick["autotune_ms"].iloc[0])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def speedups(df: pd.DataFrame, experiment: str, *, baseline: str, x: str = "vocab") -> pd.DataFrame:
+    """Time of each variant divided by the ``baseline`` variant's, per ``x`` (wide table for display)."""
+    part = _require(df, (experiment,), "speedups")
+    table = part.pivot_table(index=x, columns="variant", values="ms_median")
+    if baseline not in table:
+        raise ValueError(f"speedups: no {baseline!r} rows for {experiment!r}")
+    return table.div(table[baseline], axis=0).drop(columns=[baseline]).add_suffix(f"_time_over_{baseline}")
+
+
+def flat_region(df: pd.DataFrame, *, factor: float = 1.5) -> pd.DataFrame:
+    """Per op and variant: the smallest time measured, the largest size still within ``factor`` of it
+    (where fixed launch cost dominates), and that time per launched kernel."""
+    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "flat_region")
+    rows = []
+    for (op, variant), group in part.groupby(["loss", "variant"], sort=False):
+        group = group.sort_values("n_elements")
+        floor = float(group["ms_median"].min())
+        flat = group[group["ms_median"] <= factor * floor]
+        kernels = group["n_kernels"].dropna() if "n_kernels" in group else pd.Series(dtype=float)
+        row = {"op": op, "variant": variant, "min_us": floor * 1e3, "flat_up_to_n": int(flat["n_elements"].max()),
+               "n_kernels": int(kernels.iloc[0]) if len(kernels) else None}
+        row["us_per_kernel"] = row["min_us"] / row["n_kernels"] if row["n_kernels"] else None
+        if "wall_ms" in group and group["wall_ms"].notna().any():
+            row["host_loop_min_us"] = float(group["wall_ms"].min()) * 1e3
+        rows.append(row)
+    order = {op: i for i, op in enumerate(_fusion_ops(part))}
+    return pd.DataFrame(rows).sort_values(["op", "variant"], key=lambda s: s.map(order) if s.name == "op" else s) \
+        .reset_index(drop=True)
+
+
+def fusion_at_largest(df: pd.DataFrame) -> pd.DataFrame:
+    """At each op's largest size: time, GB/s, % of copy, peak memory (x output) per variant, the time
+    relative to Triton's, and the byte model's prediction of that ratio (activations only)."""
+    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "fusion_at_largest")
+    largest = part[part["n_elements"] == part.groupby("loss")["n_elements"].transform("max")].copy()
+    model = activation_byte_model().set_index(["activation", "variant"])
+    rows = []
+    for _, row in largest.iterrows():
+        triton_rows = largest[(largest["loss"] == row["loss"]) & (largest["variant"] == "triton")]
+        triton_ms = float(triton_rows["ms_median"].iloc[0]) if len(triton_rows) else float("nan")
+        key = (row["loss"], row["variant"])
+        predicted = model.loc[key, "bytes_per_element"] / 8 if key in model.index else None
+        peak = row.get("peak_mem_bytes")
+        rows.append({"op": row["loss"], "variant": row["variant"], "n": int(row["n_elements"]),
+                     "ms": float(row["ms_median"]), "gbps": float(row["gbps"]), "pct_of_copy": float(row["pct_of_copy"]),
+                     "time_over_triton": float(row["ms_median"]) / triton_ms,
+                     "predicted_time_over_triton": predicted,
+                     "peak_x_output": float(peak) / (int(row["n_elements"]) * 4) if pd.notna(peak) else None})
+    order = {op: i for i, op in enumerate(_fusion_ops(part))}
+    return pd.DataFrame(rows).sort_values(["op", "variant"], key=lambda s: s.map(order) if s.name == "op" else s) \
+        .reset_index(drop=True)
+
+
+# ================================================================================================
 # Figures (DataFrame in, matplotlib figure out)
 # ================================================================================================
 
@@ -1180,6 +1296,7 @@ def _require(df: pd.DataFrame, losses: Iterable[str], what: str) -> pd.DataFrame
 
 def _copy_line(ax, copy: float | None) -> None:
     if copy:
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.12 * copy))
         ax.axhline(copy, color="0.3", linestyle=":", linewidth=1)
         ax.annotate(f"copy {copy:.0f} GB/s", xy=(0.01, copy), xycoords=("axes fraction", "data"),
                     xytext=(0, 3), textcoords="offset points", fontsize=8, color="0.3")

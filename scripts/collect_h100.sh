@@ -26,6 +26,10 @@ PY
   case) python3 -m perfutils.studies case_study --out data ;;
   fused) python3 -m perfutils sweep --config notebooks/params/sweep_fused.yaml ;;
   two_pass) python3 -m perfutils sweep --config notebooks/params/sweep_two_pass.yaml ;;
-  benchmark) python3 -m perfutils.studies benchmark --out data ;;
+  benchmark)
+    python3 -m perfutils.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
+    python3 -m perfutils.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
+  occupancy) python3 -m perfutils.occupancy_check --out data ;;
+  tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
