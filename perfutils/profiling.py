@@ -47,6 +47,7 @@ __all__ = [
     "kernel_kind",
     "kernel_table",
     "loss_step",
+    "loss_call",
     "measure_profile",
     "find_ncu",
     "ncu_command",
@@ -90,6 +91,7 @@ NCU_EXTRA_METRICS = (
     "launch__grid_size",
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
+    "launch__shared_mem_config_size",  # the shared-memory carveout the launch ran with
 )
 NCU_METRICS = NCU_CORE_METRICS + NCU_EXTRA_METRICS
 
@@ -110,6 +112,7 @@ NCU_COLUMNS = {
     "launch__grid_size": "ncu_grid_size",
     "dram__bytes_read.sum": "ncu_dram_read_bytes",
     "dram__bytes_write.sum": "ncu_dram_write_bytes",
+    "launch__shared_mem_config_size": "ncu_shared_config_bytes",
 }
 
 # ================================================================================================
@@ -231,6 +234,21 @@ def loss_step(variant: str, logits: torch.Tensor, labels: torch.Tensor) -> tuple
     return plan.run, plan
 
 
+def loss_call(variant: str, logits: torch.Tensor, labels: torch.Tensor) -> Callable[[], Any]:
+    """A complete call as a training step makes it, allocation of the gradient included.
+
+    For the kernels variants this is ``kernels.entropy_loss_forward_backward`` (prepare + run: the
+    plan allocates its outputs in ``prepare``, so timing ``plan.run`` alone reuses them); for the
+    PyTorch variants it is the same as :func:`loss_step`'s step.
+    """
+    if variant in TORCH_VARIANTS:
+        return loss_step(variant, logits, labels)[0]
+    import kernels
+
+    return lambda: kernels.entropy_loss_forward_backward(logits, labels, loss="cross_entropy", target_format="labels",
+                                                         variant=variant)
+
+
 def _launch_stats(plan: Any, cc) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """(stats by kernel function name, stats of the limiting launch, every launch) of a plan that ran."""
     by_name: dict[str, dict[str, Any]] = {}
@@ -265,9 +283,11 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
                     log: Callable[[str], Any] = print) -> Path:
     """Record ``<out_dir>/<gpu-slug>/profile_kernels.csv``: step rows and per-kernel rows per variant.
 
-    Step rows (``row_kind = "step"``): ms_median/p20/p80 of the whole forward + backward,
-    bytes_min = 4 B/element (read bf16 logits, write bf16 grad, plus labels and the loss), GB/s and %
-    of copy, max_rel_err of loss and gradient against float64, compile_ms, peak_mem_bytes,
+    Step rows (``row_kind = "step"``): ms_median/p20/p80 of the whole forward + backward (for the
+    kernels variants ``Plan.run``: the launches, with argument checks and output allocation done once
+    in ``prepare``), bytes_min = 4 B/element (read bf16 logits, write bf16 grad, plus labels and the
+    loss), GB/s and % of copy, max_rel_err of loss and gradient against float64, compile_ms,
+    peak_mem_bytes (of a complete call, :func:`loss_call`: the gradient's allocation included),
     n_kernels and device_us_per_step (from the profiler), and the limiting launch's n_regs /
     occupancy. Kernel rows (``row_kind = "kernel"``): kernel, short_name, kind, calls_per_step,
     us_per_step, pct_of_device, ms_median = device ms per step; for Triton kernels also their
@@ -312,7 +332,7 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
             err = max(rel_err(loss.reshape(()).float(), ref_loss.to(loss.device)), rel_err(grad, ref_grad))
             del loss, grad
             timing = backend.bench(step)
-            peak = backend.peak_bytes(step)
+            peak = backend.peak_bytes(loss_call(variant, logits, labels))  # the gradient's allocation included
             by_name, limiting, launches = _launch_stats(plan, getattr(backend, "cc", None))
             table = kernel_table(backend.device_events(step, steps), steps)
             ms = float(timing.ms_median)
@@ -737,7 +757,8 @@ def ncu_comparison(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("ncu_comparison: no successful ncu rows")
     ok["occupancy_pred_pct"] = ok["occupancy"] * 100
     wanted = ["variant", "kernel", "num_warps", "n_regs", "ncu_registers", "pred_limit_registers", "ncu_limit_registers",
-              "pred_limit_shared_mem", "ncu_limit_shared_mem", "pred_limit_warps", "ncu_limit_warps",
+              "pred_limit_shared_mem", "ncu_limit_shared_mem", "ncu_shared_config_bytes", "pred_limit_warps",
+              "ncu_limit_warps",
               "occupancy_pred_pct", "ncu_theoretical_occupancy_pct", "ncu_achieved_occupancy_pct",
               "ncu_dram_throughput_pct", "ms_median"]
     return ok[[c for c in wanted if c in ok]].reset_index(drop=True)

@@ -29,6 +29,14 @@ PY
   benchmark)
     python3 -m perfutils.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
     python3 -m perfutils.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
+  resume-demo)  # SIGKILL a real sweep mid-way, check the CSV, resume it
+    rm -rf /tmp/resume_demo
+    timeout -s KILL 12 python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml || echo "killed: exit $?"
+    f=$(ls /tmp/resume_demo/*/resume_demo.csv); echo "rows after kill: $(($(wc -l < "$f") - 1))"
+    python3 -c "from perfutils.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
+    python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml | grep -E "already|done"
+    echo "rows after resume: $(($(wc -l < "$f") - 1))" ;;
+  gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
   occupancy) python3 -m perfutils.occupancy_check --out data ;;
   tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -28,7 +28,7 @@ LOSS_FORMATS = [
 LOSS_IDS = [f"{loss}-{fmt}" for loss, fmt in LOSS_FORMATS]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 BLOCK = 32
-VOCAB = 100  # 4 tiles / chunks of 32, the last one partial
+VOCAB = 70  # 3 tiles / chunks of 32, the last one partial (6 columns)
 
 every_case = pytest.mark.parametrize("variant", VARIANTS)
 every_loss = pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
@@ -54,7 +54,7 @@ def test_nan_logit_gives_nan_loss(loss_index, variant, gen, oracle):
     loss, fmt = LOSS_FORMATS[loss_index]
     logits, target = oracle.make_inputs(gen, (3, VOCAB), case_dtype(loss_index, variant), fmt)
     # Rotate the NaN over the first tile, an interior tile and the partial last tile.
-    column = (0, 50, VOCAB - 1)[(loss_index + VARIANTS.index(variant)) % 3]
+    column = (0, 40, VOCAB - 1)[(loss_index + VARIANTS.index(variant)) % 3]
     logits[1, column] = float("nan")
     value, _ = run(logits, target, loss, fmt, variant)
     assert torch.isnan(value), f"NaN at column {column} gave a finite loss {value.item()}"
@@ -67,7 +67,7 @@ def test_nan_logit_gives_nan_loss(loss_index, variant, gen, oracle):
 def test_nan_target_gives_nan_loss(loss_index, variant, gen, oracle):
     loss, fmt = LOSS_FORMATS[loss_index]
     logits, target = oracle.make_inputs(gen, (3, VOCAB), torch.float32, fmt)
-    target[2, 70] = float("nan")
+    target[2, 60] = float("nan")
     value, _ = run(logits, target, loss, fmt, variant)
     assert torch.isnan(value), f"NaN target gave a finite loss {value.item()}"
 
@@ -128,12 +128,12 @@ def test_neg_inf_logits_are_masked_entries(loss_index, variant, gen, oracle):
     keep = torch.rand(4, VOCAB, generator=gen) > 0.3  # scattered masked entries, different per row
     keep[0, 32:64] = False  # a whole tile of -inf (its max is -inf)
     keep[1, :40] = False  # the first tile entirely, and some of the second
-    keep[2, 96:] = False  # the partial last tile entirely
+    keep[2, 64:] = False  # the partial last tile entirely
     keep[3, 0] = True
-    keep[:, 70] = True  # at least one finite entry per row
+    keep[:, 50] = True  # at least one finite entry per row
     if fmt == "labels":
         target = torch.where(keep.to(target.device).gather(1, target.unsqueeze(1)).squeeze(1), target,
-                             torch.full_like(target, 70))
+                             torch.full_like(target, 50))
     logits[~keep] = float("-inf")
     if fmt == "logits":
         target[~keep] = float("-inf")  # the target distribution has the same support
@@ -180,9 +180,8 @@ def test_ignored_rows_get_zero_gradient(loss_index, variant, gen, oracle):
         options = {}
     else:
         options = {"loss_mask": mask}
-    for _ in range(2):  # twice: the second call's fresh buffer may hold the first's values
-        value, grad = result = run(logits, target, loss, fmt, variant, **options)
-        assert torch.count_nonzero(grad[~mask]) == 0
+    value, grad = result = run(logits, target, loss, fmt, variant, **options)
+    assert torch.count_nonzero(grad[~mask]) == 0
     oracle.check(logits, target, result, loss=loss, target_format=fmt, loss_mask=mask)
 
 
@@ -250,11 +249,11 @@ LAYOUTS = ["column_slice", "row_step", "transposed", "batch_transposed"]
 @every_case
 @every_loss
 def test_non_contiguous_inputs(loss_index, variant, gen, oracle, device):
-    """Any layout gives exactly what the contiguous copy gives (two layouts per case, in rotation)."""
+    """Any layout gives what the contiguous copy gives (one layout per case, in rotation: every
+    loss and every variant meets every layout)."""
     loss, fmt = LOSS_FORMATS[loss_index]
     dtype = case_dtype(loss_index, variant)
-    start = (loss_index + VARIANTS.index(variant)) % len(LAYOUTS)
-    for layout in (LAYOUTS[start], LAYOUTS[(start + 1) % len(LAYOUTS)]):
+    for layout in [LAYOUTS[(loss_index + VARIANTS.index(variant)) % len(LAYOUTS)]]:
         logits = make_layout(layout, (4, VOCAB), dtype, gen, device)
         assert not logits.is_contiguous()
         if fmt == "labels":

@@ -257,11 +257,13 @@ def test_with_estimates():
 
 def test_compare_offline_measured():
     measured = _counts()
-    offline = measured.assign(status="ok")
+    offline = measured.assign(status="ok", shared_bytes=measured["shared_bytes"] + 1024)
     offline.loc[3, "spill_bytes"] = 400
     merged = preg.compare_offline_measured(offline, measured)
-    assert list(merged["match"]) == [True, True, True, False]
+    assert list(merged["match"]) == [True, True, True, False]  # shared memory is compared apart
+    assert list(merged["shared_diff"]) == [1024] * 4
     assert {"n_regs_offline", "n_regs_h100", "spill_bytes_offline", "spill_bytes_h100"} <= set(merged.columns)
+    assert len(preg.compare_offline_measured(offline.assign(status="error"), measured)) == 0
 
 
 def test_spill_onset():

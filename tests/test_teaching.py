@@ -246,9 +246,21 @@ def _basics(out, **kwargs):
     return teaching.measure_basics(out, **options)
 
 
-def test_measure_basics_records_tidy_rows_and_resumes(tmp_path):
-    path = _basics(tmp_path)
-    assert path == tmp_path / "h100-sxm-80gb" / "triton_basics.csv"
+@pytest.fixture(scope="module")
+def basics_path(tmp_path_factory):
+    return _basics(tmp_path_factory.mktemp("basics"))
+
+
+@pytest.fixture(scope="module")
+def fusion_path(tmp_path_factory):
+    return teaching.measure_fusion(tmp_path_factory.mktemp("fusion"), sizes=[1024, 3000], evonorm_batches=[1, 3],
+                                   evonorm_shape={"channels": 8, "groups": 2, "height": 5, "width": 7},
+                                   backend=FakeBackend(), metadata=H100, log=lambda line: None)
+
+
+def test_measure_basics_records_tidy_rows(basics_path, tmp_path):
+    path = basics_path
+    assert path.parent.name == "h100-sxm-80gb" and path.name == "triton_basics.csv"
     df = load_records(path)
     assert len(df) == 2 * 2 + 2 + 2 + 2 * 3
     assert set(df["status"]) == {"ok"}
@@ -261,12 +273,19 @@ def test_measure_basics_records_tidy_rows_and_resumes(tmp_path):
     meta = load_metadata(path)
     assert meta["copy_gbps"] == 3000.0 and meta["gpu_name"] == H100["gpu_name"]
     assert meta["parameters"]["softmax_cols"] == [33, 300]
+
+
+def test_measure_basics_resumes_and_overwrites_only_on_request(tmp_path):
+    options = dict(sizes=[1000], irregular_sizes=[], tile_sizes=[], softmax_cols=[])
+    path = _basics(tmp_path, **options)
     before = path.read_bytes()
-    _basics(tmp_path)  # everything is done: nothing is measured or rewritten
+    _basics(tmp_path, **options)  # everything is done: nothing is measured or rewritten
     assert path.read_bytes() == before
-    _basics(tmp_path, overwrite=True)
+    _basics(tmp_path, sizes=[1000, 2000], irregular_sizes=[], tile_sizes=[], softmax_cols=[])  # only the new size
+    assert len(load_records(path)) == 4
+    _basics(tmp_path, overwrite=True, **options)
     assert len(list(path.parent.glob("triton_basics.replaced-*.csv"))) == 1
-    assert len(load_records(path)) == len(df)
+    assert len(load_records(path)) == 2
 
 
 def test_measure_basics_records_a_failing_configuration(tmp_path):
@@ -278,11 +297,8 @@ def test_measure_basics_records_a_failing_configuration(tmp_path):
     assert set(df["status"]) == {"error"} and df["error"].str.contains("out of resources").all()
 
 
-def test_measure_fusion_records_memory_and_launch_columns(tmp_path):
-    path = teaching.measure_fusion(tmp_path, sizes=[1024, 3000], evonorm_batches=[1, 3],
-                                   evonorm_shape={"channels": 8, "groups": 2, "height": 5, "width": 7},
-                                   backend=FakeBackend(), metadata=H100, log=lambda line: None)
-    df = load_records(path)
+def test_measure_fusion_records_memory_and_launch_columns(fusion_path):
+    df = load_records(fusion_path)
     assert len(df) == 3 * 2 * 3 + 2 * 2
     assert set(df["status"]) == {"ok"}
     for column in ("peak_mem_bytes", "wall_ms", "n_kernels", "n_elements", "compile_ms"):
@@ -296,12 +312,8 @@ def test_measure_fusion_records_memory_and_launch_columns(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("data")
-    basics = load_records(_basics(out, sizes=[1000, 2048], irregular_sizes=[3000], softmax_cols=[33, 100]))
-    fusion = load_records(teaching.measure_fusion(out, sizes=[1024, 4096], evonorm_batches=[1, 2],
-                                                  evonorm_shape={"channels": 4, "groups": 2, "height": 4, "width": 4},
-                                                  backend=FakeBackend(), metadata=H100, log=lambda line: None))
+def recorded(basics_path, fusion_path):
+    basics, fusion = load_records(basics_path), load_records(fusion_path)
     # Pretend the compiled kernels reported registers (the interpreter has none).
     tiles = basics["loss"] == "add_tile"
     basics.loc[tiles, "occupancy"] = 0.5

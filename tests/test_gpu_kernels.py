@@ -1,0 +1,299 @@
+"""GPU-only checks at realistic sizes (marked ``gpu``: skipped without CUDA or under TRITON_INTERPRET=1).
+
+* every loss x variant (fused, two_pass, split_row cooperative and multi-launch, auto) on 4096 x 32768
+  and 4096 x 131072 bf16, against float64 ``kernels.reference``: the loss against the float64 mean
+  over all rows (computed in chunks of rows), the gradient on ~16 sampled rows (autograd of the
+  reference's row losses, scaled by grad_output / n_valid). Every 7th row does not count (ignored
+  label, or loss_mask False), so n_valid != n_rows and ignored rows must get zero gradient;
+* a > 2**31-element case (32768 x 131072 bf16: labels CE and reverse KL, split_row and fused), checked on
+  sampled rows that include rows whose offsets pass 2**31;
+* the cooperative split_row refuses (ValueError) a grid that cannot be co-resident with
+  cooperative=True and falls back to the multi-launch form with cooperative=None;
+* the occupancy that ``perfutils.occupancy`` predicts for each launched kernel equals the driver's
+  ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
+
+Run with ``pytest -m gpu -s tests/test_gpu_kernels.py`` to see the errors printed for each case.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+import kernels.split_row as split_row_module
+from kernels import reference
+from kernels.split_row import interpreting
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(interpreting(), reason="TRITON_INTERPRET=1: realistic sizes need compiled kernels"),
+]
+
+LOSS_FORMATS = [
+    ("cross_entropy", "labels"),
+    ("cross_entropy", "logits"),
+    ("forward_kl", "logits"),
+    ("reverse_kl", "logits"),
+]
+LOSS_IDS = [f"{loss}-{fmt}" for loss, fmt in LOSS_FORMATS]
+# (id, variant, options)
+VARIANT_SPECS = [
+    ("fused", "fused", {}),
+    ("two_pass", "two_pass", {}),
+    ("split_row-coop", "split_row", {"cooperative": True}),
+    ("split_row-multi", "split_row", {"cooperative": False}),
+    ("auto", "auto", {}),
+]
+SHAPES = [(4096, 32768), (4096, 131072)]
+HUGE = (32768, 131072)  # 4.29e9 elements > 2**31
+N_SAMPLED = 16
+TOL = 1e-2  # bf16 (gradient stored in bf16)
+GRAD_OUTPUT = 0.37
+SCALE = 2.0
+IGNORED_EVERY = 7  # rows r with r % 7 == 3 do not count
+
+
+# --------------------------------------------------------------------------------------------
+# Problems and their float64 references (cached: one problem in GPU memory at a time)
+# --------------------------------------------------------------------------------------------
+
+
+class Problem:
+    def __init__(self, n_rows, vocab, loss_index, seed):
+        self.loss, self.fmt = LOSS_FORMATS[loss_index]
+        self.shape = (n_rows, vocab)
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.logits = torch.randn(self.shape, generator=gen, device="cuda", dtype=torch.bfloat16).mul_(SCALE)
+        self.keep = torch.arange(n_rows, device="cuda") % IGNORED_EVERY != 3
+        if self.fmt == "labels":
+            labels = torch.randint(0, vocab, (n_rows,), generator=gen, device="cuda")
+            self.target = torch.where(self.keep, labels, torch.full_like(labels, -100))
+            self.loss_mask = None
+        else:
+            self.target = torch.randn(self.shape, generator=gen, device="cuda", dtype=torch.bfloat16).mul_(SCALE)
+            self.loss_mask = self.keep
+        self.n_valid = int(self.keep.sum().item())
+        picks = torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))[: N_SAMPLED - 6].tolist()
+        # first / last rows, an ignored row, and (for the huge case) rows on both sides of 2**31 elements
+        fixed = [0, 3, n_rows // 2 - 1, n_rows // 2, min(2**31 // vocab, n_rows - 1), n_rows - 1]
+        self.rows = sorted(set(picks + fixed))
+        self._ref_loss = None
+        self._ref_grad = None
+
+    def options(self):
+        return dict(loss=self.loss, target_format=self.fmt, loss_mask=self.loss_mask, grad_output=GRAD_OUTPUT)
+
+    def row_losses(self, logits, target):
+        return reference.row_losses(logits, target, loss=self.loss, target_format=self.fmt)
+
+    @property
+    def ref_loss(self) -> float:
+        """The float64 mean over the rows that count, summed in chunks of rows (~16M elements each)."""
+        if self._ref_loss is None:
+            chunk = max(1, 2**24 // self.shape[1])
+            total = torch.zeros((), dtype=torch.float64, device="cuda")
+            for start in range(0, self.shape[0], chunk):
+                part = slice(start, start + chunk)
+                rows = self.row_losses(self.logits[part], self.target[part])
+                total += torch.where(self.keep[part], rows, 0.0).sum()
+            self._ref_loss = total.item() / self.n_valid
+        return self._ref_loss
+
+    @property
+    def ref_grad(self) -> torch.Tensor:
+        """The float64 gradient of the sampled rows: autograd of their row losses x grad_output / n_valid."""
+        if self._ref_grad is None:
+            x = self.logits[self.rows].double().requires_grad_(True)
+            rows = torch.where(self.keep[self.rows], self.row_losses(x, self.target[self.rows]), 0.0)
+            (self._ref_grad,) = torch.autograd.grad(rows.sum() * (GRAD_OUTPUT / self.n_valid), x)
+        return self._ref_grad
+
+
+_CACHE: dict = {}
+
+
+def get_problem(n_rows, vocab, loss_index) -> Problem:
+    key = (n_rows, vocab, loss_index)
+    if key not in _CACHE:
+        _CACHE.clear()
+        torch.cuda.empty_cache()
+        _CACHE[key] = Problem(n_rows, vocab, loss_index, seed=1000 * loss_index + vocab // 1024 + n_rows)
+    return _CACHE[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def free_problems():
+    yield
+    _CACHE.clear()
+    torch.cuda.empty_cache()
+
+
+def rel_err(actual, expected) -> float:
+    a, b = actual.double(), expected.double()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def check_against_reference(problem: Problem, result, label: str):
+    loss, grad = result
+    assert loss.dim() == 0 and loss.dtype == torch.float32
+    assert grad.dtype == torch.bfloat16 and grad.shape == problem.shape
+    loss_err = abs(loss.item() - problem.ref_loss) / abs(problem.ref_loss)
+    sampled = grad[problem.rows]
+    grad_err = rel_err(sampled, problem.ref_grad)
+    ignored = [i for i, row in enumerate(problem.rows) if row % IGNORED_EVERY == 3]
+    print(
+        f"\n[gpu] {label}: loss {loss.item():.6f} vs {problem.ref_loss:.6f} (rel err {loss_err:.2e}), "
+        f"grad rel err {grad_err:.2e} on rows {problem.rows}",
+        flush=True,
+    )
+    assert math.isfinite(loss.item())
+    assert loss_err <= TOL, f"{label}: loss rel err {loss_err:.3e}"
+    assert grad_err <= TOL, f"{label}: grad rel err {grad_err:.3e}"
+    assert ignored and torch.count_nonzero(sampled[ignored]) == 0, f"{label}: rows that do not count need 0 grad"
+    return loss_err, grad_err
+
+
+# --------------------------------------------------------------------------------------------
+# Realistic sizes, every loss x variant
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", VARIANT_SPECS, ids=[s[0] for s in VARIANT_SPECS])
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{r}x{v}" for r, v in SHAPES])
+def test_realistic_sizes(shape, loss_index, spec):
+    name, variant, options = spec
+    problem = get_problem(*shape, loss_index)
+    plan = kernels.prepare(problem.logits, problem.target, variant=variant, **problem.options(), **options)
+    if options.get("cooperative") is True:
+        assert plan.config["mode"] == "cooperative"
+        assert plan.config["programs"] <= plan.config["resident_programs"]
+    if options.get("cooperative") is False and plan.config["num_chunks"] > 1:
+        assert plan.config["mode"] == "multi_launch"
+    label = f"{shape[0]}x{shape[1]} bf16 {problem.loss}/{problem.fmt} {name} {plan.config}"
+    check_against_reference(problem, plan.run(), label)
+    # A second run of the same plan (benchmarks re-run plans; the cooperative counters are re-armed).
+    loss_again, _ = plan.run()
+    assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
+
+
+# --------------------------------------------------------------------------------------------
+# More than 2**31 elements
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["split_row", "fused"])
+@pytest.mark.parametrize("loss_index", [0, 3], ids=[LOSS_IDS[0], LOSS_IDS[3]])
+def test_more_than_2_31_elements(loss_index, variant):
+    """32768 x 131072 bf16: every row * stride past 2**31 must use 64-bit offsets."""
+    n_rows, vocab = HUGE
+    assert n_rows * vocab > 2**31
+    if (n_rows, vocab, loss_index) not in _CACHE:
+        _CACHE.clear()  # make room: the previous problem's tensors
+        torch.cuda.empty_cache()
+        # bf16 logits (+ target) + bf16 gradient, and ~4 GiB for the chunked float64 reference
+        needed = (3 if LOSS_FORMATS[loss_index][1] == "logits" else 2) * n_rows * vocab * 2 + 4 * 2**30
+        free, _ = torch.cuda.mem_get_info()
+        if free < needed:
+            pytest.skip(f"needs ~{needed / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
+    problem = get_problem(n_rows, vocab, loss_index)
+    assert any(row * vocab >= 2**31 for row in problem.rows)
+    plan = kernels.prepare(problem.logits, problem.target, variant=variant, **problem.options())
+    result = plan.run()
+    check_against_reference(problem, result, f"{n_rows}x{vocab} bf16 {problem.loss}/{problem.fmt} {variant} {plan.config}")
+    del result
+
+
+# --------------------------------------------------------------------------------------------
+# Cooperative split_row: refusal and fallback
+# --------------------------------------------------------------------------------------------
+
+
+def test_cooperative_refuses_grid_that_cannot_be_resident(monkeypatch):
+    problem = Problem(64, 32768, 0, seed=7)
+    monkeypatch.setattr(split_row_module, "max_resident_programs", lambda launch: 1)
+    # 32768 / 8192 = 4 chunks per row, but the "device" holds 1 program at a time.
+    with pytest.raises(ValueError, match="cooperative"):
+        kernels.prepare(problem.logits, problem.target, variant="split_row", block_size=8192, cooperative=True,
+                        **problem.options())
+    plan = kernels.prepare(problem.logits, problem.target, variant="split_row", block_size=8192, cooperative=None,
+                           **problem.options())
+    assert plan.config["mode"] == "multi_launch"
+    assert [launch.name for launch in plan.launches] == ["split_row.stats", "split_row.grad"]
+    check_against_reference(problem, plan.run(), "64x32768 split_row fallback (resident=1)")
+
+
+def test_cooperative_is_default_when_resident():
+    problem = Problem(256, 65536, 3, seed=8)
+    plan = kernels.prepare(problem.logits, problem.target, variant="split_row", block_size=8192, **problem.options())
+    assert plan.config["mode"] == "cooperative", plan.config
+    assert plan.config["programs"] <= plan.config["resident_programs"]
+    assert plan.config["programs"] % plan.config["num_chunks"] == 0
+    check_against_reference(problem, plan.run(), f"256x65536 reverse_kl split_row default {plan.config}")
+
+
+# --------------------------------------------------------------------------------------------
+# Occupancy: perfutils' prediction vs the driver, for every kernel the variants launch
+# --------------------------------------------------------------------------------------------
+
+
+def driver_blocks_per_sm(compiled) -> int:
+    driver = pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
+    (error,) = driver.cuInit(0)
+    assert error == driver.CUresult.CUDA_SUCCESS, error
+    error, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        driver.CUfunction(int(compiled.function)),
+        32 * int(compiled.metadata.num_warps),
+        int(compiled.metadata.shared),
+    )
+    assert error == driver.CUresult.CUDA_SUCCESS, error
+    return int(blocks)
+
+
+OCCUPANCY_CONFIGS = [
+    # (variant, block_size, num_warps, options)
+    ("fused", None, None, {}),
+    ("fused", 4096, 4, {}),
+    ("two_pass", None, None, {"stats_block_size": 2048, "grad_block_size": 8192, "grad_num_warps": 16}),
+    ("split_row", None, None, {"cooperative": True}),
+    ("split_row", 4096, 4, {"cooperative": True}),
+    ("split_row", 16384, 16, {"cooperative": False}),
+]
+
+
+OCCUPANCY_IDS = ["fused-default", "fused-bs4096-w4", "two_pass-mixed", "split_row-coop-default", "split_row-coop-bs4096-w4",
+                 "split_row-multi-bs16384-w16"]
+
+
+@pytest.mark.parametrize("config", OCCUPANCY_CONFIGS, ids=OCCUPANCY_IDS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_occupancy_matches_driver(loss_index, config):
+    from perfutils.occupancy import occupancy_of_compiled
+
+    variant, block_size, num_warps, options = config
+    problem = Problem(512, 32768, loss_index, seed=9)
+    plan = kernels.prepare(problem.logits, problem.target, variant=variant, block_size=block_size,
+                           num_warps=num_warps, **problem.options(), **options)
+    plan.run()
+    torch.cuda.synchronize()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    for launch in plan.launches:
+        compiled = launch.compiled
+        assert compiled is not None, f"{launch.name}: no CompiledKernel recorded"
+        predicted = occupancy_of_compiled(compiled)
+        actual = driver_blocks_per_sm(compiled)
+        print(
+            f"\n[gpu] occupancy {problem.loss}/{problem.fmt} {launch.name} BLOCK_SIZE={launch.block_size} "
+            f"warps={launch.num_warps}: n_regs={compiled.n_regs} shared={compiled.metadata.shared} -> "
+            f"predicted {predicted.blocks_per_sm} blocks/SM ({predicted.limiter}), driver {actual}",
+            flush=True,
+        )
+        assert predicted.blocks_per_sm == actual, f"{launch.name}: predicted {predicted.blocks_per_sm}, driver {actual}"
+        if launch.name == "split_row.cooperative":
+            # The persistent grid was sized from this prediction: it must hold on the real device.
+            assert plan.config["resident_programs"] == actual * sm_count
+            assert launch.grid[0] <= actual * sm_count
