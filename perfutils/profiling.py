@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from .records import config_key, data_path
+from .records import config_key
 from .teaching import CudaBackend, _error_text, _Session, kernel_stats
 
 __all__ = [

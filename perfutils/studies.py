@@ -44,7 +44,9 @@ BENCHMARK_CASES = [
 
 def case_label(variant: str, block_size: Any) -> str:
     """Readable names for the case-study figure."""
-    if variant == "fused" and (block_size is None or block_size != block_size):
+    import pandas as pd
+
+    if variant == "fused" and pd.isna(block_size):
         return "fused, 32K cap (#497)"
     if variant == "fused":
         return f"fused, cap {int(block_size) // 1024}K (Option A)"

@@ -240,10 +240,12 @@ def make_layout(layout: str, shape: tuple[int, int], dtype, gen, device):
         return randn(vocab, rows).t()
     if layout == "batch_transposed":  # (2, rows // 2, vocab) whose batch dims do not flatten into one stride
         return randn(rows // 2, 2, vocab).transpose(0, 1)
+    if layout == "expanded":  # one row broadcast to all rows: row stride 0
+        return randn(1, vocab).expand(rows, vocab)
     raise ValueError(layout)
 
 
-LAYOUTS = ["column_slice", "row_step", "transposed", "batch_transposed"]
+LAYOUTS = ["column_slice", "row_step", "transposed", "batch_transposed", "expanded"]
 
 
 @every_case
@@ -269,6 +271,18 @@ def test_non_contiguous_inputs(loss_index, variant, gen, oracle, device):
         torch.testing.assert_close(value, copy_value, rtol=1e-6, atol=0, msg=f"{layout}: loss differs")
         torch.testing.assert_close(grad, copy_grad, rtol=1e-6, atol=0, msg=f"{layout}: grad differs")
         oracle.check(logits, target, (value, grad), loss=loss, target_format=fmt, loss_mask=mask, label=layout)
+
+
+@every_case
+@every_loss
+def test_unbatched_logits(loss_index, variant, gen, oracle):
+    """1-D logits (vocab,) with a 0-d label (or 1-D target logits): one row, grad of shape (vocab,)."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (VOCAB,), torch.float32, fmt)
+    assert target.dim() == (0 if fmt == "labels" else 1)
+    result = run(logits, target, loss, fmt, variant)
+    oracle.check(logits, target, result, loss=loss, target_format=fmt)
+    assert result[1].shape == (VOCAB,)
 
 
 @pytest.mark.parametrize("variant", ["fused", "two_pass", "split_row"])
