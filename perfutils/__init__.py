@@ -17,11 +17,15 @@ _SUBMODULES = (
     "providers",
     "report",
     "plots",
+    "profiling",
     "records",
     "registers",
     "roofline",
     "studies",
+    "summary",
     "sweep",
+    "teaching",
+    "tuning",
     "timing",
 )
 

@@ -776,20 +776,29 @@ def plot_step_breakdown(df: pd.DataFrame, *, top: int = 4):
     order = [v for v in steps.sort_values("ms_median").index if v in set(table["variant"])]
     order += [v for v in table["variant"].unique() if v not in order]
     text, _ = _figure_context(df)
-    fig, ax = plt.subplots(figsize=(8.5, 0.6 * len(order) + 1.8))
+    fig, ax = plt.subplots(figsize=(10.0, 0.6 * len(order) + 1.8))
     cmap = plt.get_cmap("tab20")
     names = list(dict.fromkeys(table["short_name"]))
     colors = {name: cmap(i % 20) for i, name in enumerate(names)}
+    longest = float(max(table.groupby("variant")["us_per_step"].sum().max(),
+                        (steps["ms_median"] * 1e3).max() if len(steps) else 0.0))
     for y, variant in enumerate(order):
         left = 0.0
         for _, row in table[table["variant"] == variant].iterrows():
             width = float(row["us_per_step"])
             ax.barh(y, width, left=left, color=colors[row["short_name"]], edgecolor="white", linewidth=0.5)
-            if width > 0.08 * max(table.groupby("variant")["us_per_step"].sum()):
-                ax.text(left + width / 2, y, row["short_name"][:22], ha="center", va="center", fontsize=6.5)
+            fits = int(width / longest * 110) - 2  # characters of a 6.5 pt label that fit in the segment
+            if fits >= 5:
+                name = row["short_name"]
+                ax.text(left + width / 2, y, name if len(name) <= fits else name[:fits - 1] + "…",
+                        ha="center", va="center", fontsize=6.5)
             left += width
         if variant in steps.index:
             ax.plot([steps.at[variant, "ms_median"] * 1e3] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=colors[name], label=name) for name in names], loc="center left",
+              bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False, title="kernel", title_fontsize=7)
     ax.set_yticks(range(len(order)))
     ax.set_yticklabels(order)
     ax.invert_yaxis()
