@@ -14,14 +14,7 @@ import triton.language as tl
 
 from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
-from .row_math import (
-    CE_LABELS,
-    combine_statistics,
-    load_scaled,
-    row_loss,
-    tile_gradient,
-    tile_statistics,
-)
+from .row_math import label_logit, load_tiles, row_loss, row_statistics, row_validity, tile_gradient, tile_statistics
 
 
 @triton.jit
@@ -50,24 +43,12 @@ def fused_loss_kernel(
     t_row = target_ptr + row * target_stride
     g_row = grad_ptr + row * n_cols
 
-    valid = True
-    label = -1
-    if LOSS == CE_LABELS:
-        label = tl.load(labels_ptr + row).to(tl.int64)
-        valid = label != ignore_index
-    if HAS_MASK:
-        valid = valid & (tl.load(mask_ptr + row) != 0)
-
+    valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
     if valid:
-        x_label = 0.0
-        if LOSS == CE_LABELS:
-            x_label = tl.load(x_row + label).to(tl.float32)
+        x_label = label_logit(x_row, label, LOSS)
         if SINGLE_TILE:
             # The whole row is one tile: keep it (and its exponentials) in registers.
-            x2 = load_scaled(x_row, cols, n_cols)
-            t2 = x2
-            if LOSS != CE_LABELS:
-                t2 = load_scaled(t_row, cols, n_cols)
+            x2, t2 = load_tiles(x_row, t_row, cols, n_cols, LOSS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
             loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
@@ -77,28 +58,14 @@ def fused_loss_kernel(
                 tl.store(g_row + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < n_cols)
         else:
             # Pass 1: online statistics over the tiles.
-            x2 = load_scaled(x_row, cols, n_cols)
-            t2 = x2
-            if LOSS != CE_LABELS:
-                t2 = load_scaled(t_row, cols, n_cols)
-            m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
-            for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
-                x2 = load_scaled(x_row + start, cols, n_cols - start)
-                t2 = x2
-                if LOSS != CE_LABELS:
-                    t2 = load_scaled(t_row + start, cols, n_cols - start)
-                tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
-                m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
+            m_x, s_x, m_t, s_t, acc = row_statistics(x_row, t_row, cols, n_cols, LOSS, BLOCK_SIZE)
             loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
             if COMPUTE_GRAD:
                 # Pass 2: re-read every tile and write its gradient.
                 lse_diff2 = m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
                 for start in range(0, n_cols, BLOCK_SIZE):
-                    x2 = load_scaled(x_row + start, cols, n_cols - start)
-                    t2 = x2
-                    if LOSS != CE_LABELS:
-                        t2 = load_scaled(t_row + start, cols, n_cols - start)
+                    x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
                     grad = tile_gradient(
@@ -133,36 +100,17 @@ def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int |
         launches=[fused_launch(problem, block_size, num_warps, loss_rows, grad)],
         finish=finisher(problem, loss_rows, grad),
         config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size)},
+        buffers=[loss_rows, grad],
     )
 
 
 def fused_launch(problem: Problem, block_size: int, num_warps: int, loss_rows, grad) -> Launch:
     """The fused kernel's launch (also used by split_row for rows that fit in one chunk)."""
-    dummy = problem.dummy()
     return Launch(
         name="fused",
         fn=fused_loss_kernel,
         grid=(problem.n_rows,),
-        args=dict(
-            logits_ptr=problem.logits,
-            target_ptr=problem.target if problem.target is not None else dummy,
-            labels_ptr=problem.labels if problem.labels is not None else dummy,
-            mask_ptr=problem.mask if problem.mask is not None else dummy,
-            grad_ptr=grad if grad is not None else dummy,
-            loss_rows_ptr=loss_rows,
-            n_cols=problem.n_cols,
-            logits_stride=problem.logits.stride(0),
-            target_stride=problem.target.stride(0) if problem.target is not None else 0,
-            ignore_index=problem.ignore_index,
-            grad_scale=problem.grad_scale,
-            loss_scale=problem.loss_scale,
-        ),
-        constexprs=dict(
-            LOSS=problem.loss_code,
-            HAS_MASK=problem.mask is not None,
-            COMPUTE_GRAD=problem.compute_grad,
-            SINGLE_TILE=problem.n_cols <= block_size,
-            BLOCK_SIZE=block_size,
-        ),
+        args=problem.loss_args(loss_rows, grad),
+        constexprs=dict(problem.loss_constexprs(), SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size),
         num_warps=num_warps,
     )

@@ -45,21 +45,15 @@ class Plan:
     config: dict[str, Any] = field(default_factory=dict)  # resolved block sizes, warps, chunk counts, grid
     reset: Callable[[], None] | None = None  # re-arms per-call state (e.g. split_row's row counters) before a run
 
+    buffers: list = field(default_factory=list, repr=False)  # tensors allocated when the plan was built
+
     @property
     def buffer_bytes(self) -> int:
-        """Bytes of the tensors the plan allocated when it was built (gradient, row losses, workspaces).
+        """Bytes the plan allocated when it was built (gradient, row losses, workspaces).
 
         ``run()`` reuses them, so memory measured around ``run()`` alone misses them: add these.
         """
-        seen, total = set(), 0
-        for launch in self.launches:
-            for name, value in launch.args.items():
-                if name in ("logits_ptr", "target_ptr", "labels_ptr", "mask_ptr"):
-                    continue
-                if hasattr(value, "untyped_storage") and value.data_ptr() not in seen:
-                    seen.add(value.data_ptr())
-                    total += value.untyped_storage().nbytes()
-        return total
+        return sum(t.untyped_storage().nbytes() for t in self.buffers if t is not None)
 
     def run(self) -> tuple[Any, Any]:
         if self.reset is not None:

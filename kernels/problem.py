@@ -62,9 +62,31 @@ class Problem:
     def grad_scale(self) -> float:
         return (self.grad_output or 0.0) / max(self.n_valid, 1)
 
-    def dummy(self) -> torch.Tensor:
-        """A pointer for kernel arguments a loss does not read."""
-        return self.logits
+    def input_args(self) -> dict:
+        """The input arguments every kernel takes; tensors a loss does not read point at the logits."""
+        return dict(
+            logits_ptr=self.logits,
+            target_ptr=self.target if self.target is not None else self.logits,
+            labels_ptr=self.labels if self.labels is not None else self.logits,
+            mask_ptr=self.mask if self.mask is not None else self.logits,
+            n_cols=self.n_cols,
+            logits_stride=self.logits.stride(0),
+            target_stride=self.target.stride(0) if self.target is not None else 0,
+        )
+
+    def loss_args(self, loss_rows: torch.Tensor, grad: torch.Tensor | None) -> dict:
+        """input_args plus the outputs and scales of a kernel that writes row losses and the gradient."""
+        return dict(
+            self.input_args(),
+            grad_ptr=grad if grad is not None else self.logits,
+            loss_rows_ptr=loss_rows,
+            ignore_index=self.ignore_index,
+            grad_scale=self.grad_scale,
+            loss_scale=self.loss_scale,
+        )
+
+    def loss_constexprs(self) -> dict:
+        return dict(LOSS=self.loss_code, HAS_MASK=self.mask is not None, COMPUTE_GRAD=self.compute_grad)
 
 
 def next_power_of_2(n: int) -> int:

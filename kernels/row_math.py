@@ -63,6 +63,38 @@ def load_scaled(ptr, cols, n_cols):
 
 
 @triton.jit
+def load_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr):
+    """The logits tile and, for the target-distribution losses, the target tile (else the logits again)."""
+    x2 = load_scaled(x_ptr, cols, n_cols)
+    t2 = x2
+    if LOSS != CE_LABELS:
+        t2 = load_scaled(t_ptr, cols, n_cols)
+    return x2, t2
+
+
+@triton.jit
+def row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS: tl.constexpr, HAS_MASK: tl.constexpr):
+    """(valid, label): whether the row enters the loss (label != ignore_index, mask set) and its label."""
+    valid = row >= 0  # a run-time "true", so `valid` is always a tensor
+    label = -1
+    if LOSS == CE_LABELS:
+        label = tl.load(labels_ptr + row).to(tl.int64)
+        valid = label != ignore_index
+    if HAS_MASK:
+        valid = valid & (tl.load(mask_ptr + row) != 0)
+    return valid, label
+
+
+@triton.jit
+def label_logit(x_row, label, LOSS: tl.constexpr):
+    """x[label] as fp32 for cross-entropy from labels (0 for the other losses, which do not use it)."""
+    x_label = 0.0
+    if LOSS == CE_LABELS:
+        x_label = tl.load(x_row + label).to(tl.float32)
+    return x_label
+
+
+@triton.jit
 def tile_statistics(x2, t2, LOSS: tl.constexpr):
     """Summarise one tile; also return the tile's exponentials so callers can keep them (no recompute).
 
@@ -105,6 +137,40 @@ def combine_statistics(m_x, s_x, m_t, s_t, acc, m_x2, s_x2, m_t2, s_t2, acc2, LO
     else:
         new_acc = acc * a_t + acc2 * b_t
     return new_m_x, new_s_x, new_m_t, new_s_t, new_acc
+
+
+@triton.jit
+def row_statistics(x_row, t_row, cols, n_cols, LOSS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """Summary of a whole row, streamed in tiles of BLOCK_SIZE columns (online softmax, one pass)."""
+    x2, t2 = load_tiles(x_row, t_row, cols, n_cols, LOSS)
+    m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
+    for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
+        x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
+        tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
+        m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
+    return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def store_partials(ptr, stride, m_x, s_x, m_t, s_t, acc):
+    """Publish one chunk's summary: the five numbers at ptr, ptr + stride, ... (one row of partials)."""
+    tl.store(ptr + 0 * stride, m_x)
+    tl.store(ptr + 1 * stride, s_x)
+    tl.store(ptr + 2 * stride, m_t)
+    tl.store(ptr + 3 * stride, s_t)
+    tl.store(ptr + 4 * stride, acc)
+
+
+@triton.jit
+def load_partials(ptr, stride, lanes, lane_used):
+    """All chunk summaries of a row (unused lanes: an empty part). volatile: bypass L1, which is not
+    coherent with other SMs' stores."""
+    m_x = tl.load(ptr + 0 * stride + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+    s_x = tl.load(ptr + 1 * stride + lanes, mask=lane_used, other=0.0, volatile=True)
+    m_t = tl.load(ptr + 2 * stride + lanes, mask=lane_used, other=float("-inf"), volatile=True)
+    s_t = tl.load(ptr + 3 * stride + lanes, mask=lane_used, other=0.0, volatile=True)
+    acc = tl.load(ptr + 4 * stride + lanes, mask=lane_used, other=0.0, volatile=True)
+    return m_x, s_x, m_t, s_t, acc
 
 
 @triton.jit

@@ -27,7 +27,18 @@ import triton.language as tl
 from .fused import fused_launch
 from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
-from .row_math import CE_LABELS, combine_partials, load_scaled, rescale, row_loss, tile_gradient, tile_statistics
+from .row_math import (
+    combine_partials,
+    label_logit,
+    load_partials,
+    load_tiles,
+    rescale,
+    row_loss,
+    row_validity,
+    store_partials,
+    tile_gradient,
+    tile_statistics,
+)
 
 # Globals read inside @triton.jit must be tl.constexpr; the host uses their .value.
 PHASE_STATS = tl.constexpr(0)
@@ -78,48 +89,25 @@ def split_row_kernel(
         g_tile = grad_ptr + row * n_cols + start
         partials = partials_ptr + row * (N_PARTIALS * NUM_CHUNKS)
 
-        valid = row >= 0
-        label = -1
-        if LOSS == CE_LABELS:
-            label = tl.load(labels_ptr + row).to(tl.int64)
-            valid = label != ignore_index
-        if HAS_MASK:
-            valid = valid & (tl.load(mask_ptr + row) != 0)
+        valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
 
         if valid:
             if PHASE == PHASE_STATS:
-                x2 = load_scaled(x_row + start, cols, n_cols - start)
-                t2 = x2
-                if LOSS != CE_LABELS:
-                    t2 = load_scaled(t_row + start, cols, n_cols - start)
+                x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
                 m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
-                tl.store(partials + 0 * NUM_CHUNKS + chunk, m_x)
-                tl.store(partials + 1 * NUM_CHUNKS + chunk, s_x)
-                tl.store(partials + 2 * NUM_CHUNKS + chunk, m_t)
-                tl.store(partials + 3 * NUM_CHUNKS + chunk, s_t)
-                tl.store(partials + 4 * NUM_CHUNKS + chunk, acc)
+                store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
             if PHASE == PHASE_GRAD:
-                # volatile: bypass L1, which is not coherent with other SMs' stores.
-                all_m_x = tl.load(partials + 0 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
-                all_s_x = tl.load(partials + 1 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
-                all_m_t = tl.load(partials + 2 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
-                all_s_t = tl.load(partials + 3 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
-                all_acc = tl.load(partials + 4 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+                all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used)
                 big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                     all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
                 )
-                x_label = 0.0
-                if LOSS == CE_LABELS:
-                    x_label = tl.load(x_row + label).to(tl.float32)
+                x_label = label_logit(x_row, label, LOSS)
                 loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
                 tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
                 if COMPUTE_GRAD:
                     lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
                     # The kernel boundary was the barrier: re-read the chunk (the cooperative form keeps it).
-                    x2 = load_scaled(x_row + start, cols, n_cols - start)
-                    t2 = x2
-                    if LOSS != CE_LABELS:
-                        t2 = load_scaled(t_row + start, cols, n_cols - start)
+                    x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
                     e_x = tl.exp2(x2 - big_m_x)
                     e_t = tl.exp2(t2 - big_m_t)
                     grad = tile_gradient(
@@ -178,41 +166,21 @@ def split_row_cooperative_kernel(
         g_tile = grad_ptr + row * n_cols + start
         partials = partials_ptr + row * (N_PARTIALS * NUM_CHUNKS)
 
-        valid = row >= 0
-        label = -1
-        if LOSS == CE_LABELS:
-            label = tl.load(labels_ptr + row).to(tl.int64)
-            valid = label != ignore_index
-        if HAS_MASK:
-            valid = valid & (tl.load(mask_ptr + row) != 0)
+        valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
 
         if valid:
-            x2 = load_scaled(x_row + start, cols, n_cols - start)
-            t2 = x2
-            if LOSS != CE_LABELS:
-                t2 = load_scaled(target_ptr + row * target_stride + start, cols, n_cols - start)
+            x2, t2 = load_tiles(x_row + start, target_ptr + row * target_stride + start, cols, n_cols - start, LOSS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
-            tl.store(partials + 0 * NUM_CHUNKS + chunk, m_x)
-            tl.store(partials + 1 * NUM_CHUNKS + chunk, s_x)
-            tl.store(partials + 2 * NUM_CHUNKS + chunk, m_t)
-            tl.store(partials + 3 * NUM_CHUNKS + chunk, s_t)
-            tl.store(partials + 4 * NUM_CHUNKS + chunk, acc)
+            store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
             # Release our summary, then wait (acquire) until every chunk of the row has arrived.
             arrived = tl.atomic_add(counters_ptr + row, 1, sem="acq_rel") + 1
             while arrived < NUM_CHUNKS:
                 arrived = tl.atomic_add(counters_ptr + row, 0, sem="acquire")
-            # volatile: bypass L1, which is not coherent with other SMs' stores.
-            all_m_x = tl.load(partials + 0 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
-            all_s_x = tl.load(partials + 1 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
-            all_m_t = tl.load(partials + 2 * NUM_CHUNKS + lanes, mask=lane_used, other=float("-inf"), volatile=True)
-            all_s_t = tl.load(partials + 3 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
-            all_acc = tl.load(partials + 4 * NUM_CHUNKS + lanes, mask=lane_used, other=0.0, volatile=True)
+            all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used)
             big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                 all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
             )
-            x_label = 0.0
-            if LOSS == CE_LABELS:
-                x_label = tl.load(x_row + label).to(tl.float32)
+            x_label = label_logit(x_row, label, LOSS)
             loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
@@ -254,22 +222,15 @@ def max_resident_programs(launch: Launch) -> int:
     key = (device.index, launch.fn, tuple(sorted(launch.constexprs.items())), launch.num_warps,
            tuple(str(v.dtype) for v in launch.args.values() if isinstance(v, torch.Tensor)))
     if key not in _RESIDENT_CACHE:
-        from perfutils.occupancy import occupancy  # local import: perfutils is optional at import time
+        from perfutils.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
 
         with torch.cuda.device(device):
             kernel = launch.fn.warmup(
                 **launch.args, **launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
                 num_stages=launch.num_stages,
             )
-            kernel._init_handles()  # loads the binary: fills n_regs
             props = torch.cuda.get_device_properties(device)
-        occ = occupancy(
-            cc=(props.major, props.minor),
-            threads_per_block=32 * launch.num_warps,
-            registers_per_thread=kernel.n_regs,
-            dynamic_shared_bytes=kernel.metadata.shared,
-            opt_in=kernel.metadata.shared > 48 * 1024,
-        )
+        occ = occupancy_of_compiled(kernel, (props.major, props.minor))
         _RESIDENT_CACHE[key] = occ.blocks_per_sm * props.multi_processor_count
     return _RESIDENT_CACHE[key]
 
@@ -298,12 +259,13 @@ def plan_split_row(
 
     if num_chunks == 1:  # the row fits in one program: nothing to exchange
         launches = [fused_launch(problem, block_size, num_warps, loss_rows, grad)]
-        return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "single"})
+        return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "single"},
+                    buffers=[loss_rows, grad])
 
     device = problem.logits.device
     partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
     counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device)
-    dummy = problem.dummy()
+    buffers = [loss_rows, grad, partials, counters]
 
     def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
         phase_arg = {} if phase is None else {"PHASE": phase.value}
@@ -312,27 +274,14 @@ def plan_split_row(
             fn=split_row_kernel if phase is not None else split_row_cooperative_kernel,
             grid=(n_slots * num_chunks,),
             args=dict(
-                logits_ptr=problem.logits,
-                target_ptr=problem.target if problem.target is not None else dummy,
-                labels_ptr=problem.labels if problem.labels is not None else dummy,
-                mask_ptr=problem.mask if problem.mask is not None else dummy,
-                grad_ptr=grad if grad is not None else dummy,
-                loss_rows_ptr=loss_rows,
+                problem.loss_args(loss_rows, grad),
                 partials_ptr=partials,
                 counters_ptr=counters,
                 n_rows=problem.n_rows,
-                n_cols=problem.n_cols,
                 n_slots=n_slots,
-                logits_stride=problem.logits.stride(0),
-                target_stride=problem.target.stride(0) if problem.target is not None else 0,
-                ignore_index=problem.ignore_index,
-                grad_scale=problem.grad_scale,
-                loss_scale=problem.loss_scale,
             ),
             constexprs=dict(
-                LOSS=problem.loss_code,
-                HAS_MASK=problem.mask is not None,
-                COMPUTE_GRAD=problem.compute_grad,
+                problem.loss_constexprs(),
                 **phase_arg,
                 NUM_CHUNKS=num_chunks,
                 CHUNKS_POW2=max(2, next_power_of_2(num_chunks)),
@@ -360,6 +309,7 @@ def plan_split_row(
                 finisher(problem, loss_rows, grad),
                 {**config, "mode": "cooperative", "programs": n_slots * num_chunks, "resident_programs": resident},
                 reset=counters.zero_,
+                buffers=buffers,
             )
         if cooperative:
             raise ValueError(
@@ -367,4 +317,5 @@ def plan_split_row(
                 f"only {resident} of this kernel; use a larger block_size or cooperative=None"
             )
     launches = [launch(PHASE_STATS, problem.n_rows, "split_row.stats"), launch(PHASE_GRAD, problem.n_rows, "split_row.grad")]
-    return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "multi_launch"})
+    return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "multi_launch"},
+                buffers=buffers)

@@ -16,7 +16,7 @@ import torch
 
 from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
-from .row_math import CE_LABELS, combine_statistics, load_scaled, row_loss, tile_gradient, tile_statistics
+from .row_math import CE_LABELS, label_logit, load_tiles, row_loss, row_statistics, row_validity, tile_gradient
 
 
 @triton.jit
@@ -41,33 +41,14 @@ def two_pass_stats_kernel(
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
 
-    valid = row >= 0  # a run-time "true", so the flag below is always a tensor
-    label = -1
-    if LOSS == CE_LABELS:
-        label = tl.load(labels_ptr + row).to(tl.int64)
-        valid = label != ignore_index
-    if HAS_MASK:
-        valid = valid & (tl.load(mask_ptr + row) != 0)
+    valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
 
     lse2_x = 0.0
     lse2_t = 0.0
     loss = 0.0
     if valid:
-        x_label = 0.0
-        if LOSS == CE_LABELS:
-            x_label = tl.load(x_row + label).to(tl.float32)
-        x2 = load_scaled(x_row, cols, n_cols)
-        t2 = x2
-        if LOSS != CE_LABELS:
-            t2 = load_scaled(t_row, cols, n_cols)
-        m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
-        for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
-            x2 = load_scaled(x_row + start, cols, n_cols - start)
-            t2 = x2
-            if LOSS != CE_LABELS:
-                t2 = load_scaled(t_row + start, cols, n_cols - start)
-            tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
-            m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
+        x_label = label_logit(x_row, label, LOSS)
+        m_x, s_x, m_t, s_t, acc = row_statistics(x_row, t_row, cols, n_cols, LOSS, BLOCK_SIZE)
         loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
         lse2_x = m_x + tl.log2(s_x)
         lse2_t = m_t + tl.log2(s_t)
@@ -83,6 +64,7 @@ def two_pass_grad_kernel(
     logits_ptr,
     target_ptr,
     labels_ptr,
+    mask_ptr,  # unused: a row's validity comes from row_stats (shared argument convention)
     row_stats_ptr,
     grad_ptr,
     n_cols,
@@ -105,10 +87,9 @@ def two_pass_grad_kernel(
         label = -1
         if LOSS == CE_LABELS:
             label = tl.load(labels_ptr + row).to(tl.int64)
-        x2 = load_scaled(logits_ptr + row * logits_stride + start, cols, n_cols - start)
-        t2 = x2
-        if LOSS != CE_LABELS:
-            t2 = load_scaled(target_ptr + row * target_stride + start, cols, n_cols - start)
+        x2, t2 = load_tiles(
+            logits_ptr + row * logits_stride + start, target_ptr + row * target_stride + start, cols, n_cols - start, LOSS
+        )
         # softmax straight from the stored log-sum-exp: exp2(x2 - lse2) needs no max or sum here.
         e_x = tl.exp2(x2 - lse2_x)
         e_t = tl.exp2(t2 - lse2_t)
@@ -144,25 +125,15 @@ def plan_two_pass(
 
     loss_rows, grad = allocate_outputs(problem)
     row_stats = torch.empty((problem.n_rows, 4), dtype=torch.float32, device=problem.logits.device)
-    dummy = problem.dummy()
-    target = problem.target if problem.target is not None else dummy
-    labels = problem.labels if problem.labels is not None else dummy
-    target_stride = problem.target.stride(0) if problem.target is not None else 0
     launches = [
         Launch(
             name="two_pass.stats",
             fn=two_pass_stats_kernel,
             grid=(problem.n_rows,),
             args=dict(
-                logits_ptr=problem.logits,
-                target_ptr=target,
-                labels_ptr=labels,
-                mask_ptr=problem.mask if problem.mask is not None else dummy,
+                problem.input_args(),
                 loss_rows_ptr=loss_rows,
                 row_stats_ptr=row_stats,
-                n_cols=problem.n_cols,
-                logits_stride=problem.logits.stride(0),
-                target_stride=target_stride,
                 ignore_index=problem.ignore_index,
                 loss_scale=problem.loss_scale,
             ),
@@ -176,17 +147,7 @@ def plan_two_pass(
                 name="two_pass.grad",
                 fn=two_pass_grad_kernel,
                 grid=(problem.n_rows, triton.cdiv(problem.n_cols, grad_block)),
-                args=dict(
-                    logits_ptr=problem.logits,
-                    target_ptr=target,
-                    labels_ptr=labels,
-                    row_stats_ptr=row_stats,
-                    grad_ptr=grad,
-                    n_cols=problem.n_cols,
-                    logits_stride=problem.logits.stride(0),
-                    target_stride=target_stride,
-                    grad_scale=problem.grad_scale,
-                ),
+                args=dict(problem.input_args(), row_stats_ptr=row_stats, grad_ptr=grad, grad_scale=problem.grad_scale),
                 constexprs=dict(LOSS=problem.loss_code, BLOCK_SIZE=grad_block),
                 num_warps=grad_warps,
             )
@@ -201,4 +162,5 @@ def plan_two_pass(
             "grad_block_size": grad_block,
             "grad_num_warps": grad_warps,
         },
+        buffers=[loss_rows, grad, row_stats],
     )

@@ -22,8 +22,6 @@ it claims (a benchmark that silently does less work reports a fake ceiling).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +30,7 @@ import triton
 import triton.language as tl
 
 from perfutils.occupancy import occupancy_of_compiled
+from perfutils.records import write_table
 
 COLUMNS = ["ceiling", "value", "unit", "ms_median", "ms_p20", "ms_p80", "bytes", "ops", "params",
            "gpu_name"]
@@ -426,10 +425,5 @@ def write_ceilings(df: pd.DataFrame, path, metadata: dict | None = None) -> Path
     if len(gpus) > 1:
         raise ValueError(f"df: ceilings of several GPUs in one table: {gpus}")
     sidecar = {"gpu_name": gpus[0] if gpus else None, **(metadata or {})}
-    for target, text in ((path, df.to_csv(index=False)),
-                         (path.with_suffix(".json"), json.dumps(sidecar, indent=2, sort_keys=True))):
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
+    write_table(df, path, sidecar, overwrite=True)
     return path

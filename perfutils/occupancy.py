@@ -434,3 +434,16 @@ def occupancy_curves(cc=(9, 0), *, threads_per_block: int, registers_per_thread:
                                 lambda s: at(threads_per_block, registers_per_thread, s),
                                 shared_bytes),
     }
+
+
+def driver_blocks_per_sm(kernel) -> int:
+    """Blocks/SM the CUDA driver reports for a loaded Triton kernel (GPU only): the ground truth the
+    port is checked against. ``kernel`` is a CompiledKernel that has run (its ``function`` is loaded)."""
+    from cuda.bindings import driver
+
+    _, shared, num_warps, _ = _kernel_counts(kernel)
+    error, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        driver.CUfunction(int(kernel.function)), 32 * num_warps, shared)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {error}")
+    return int(blocks)

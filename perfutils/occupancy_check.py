@@ -15,21 +15,11 @@ import sys
 import pandas as pd
 
 
-def driver_blocks_per_sm(compiled, num_warps: int) -> int:
-    from cuda.bindings import driver
-
-    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(compiled.function, 32 * num_warps,
-                                                                      compiled.metadata.shared)
-    if int(err) != 0:
-        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
-    return int(blocks)
-
-
 def check(configs, tokens: int = 64) -> pd.DataFrame:
     import torch
 
     import kernels
-    from perfutils.occupancy import occupancy_of_compiled
+    from perfutils.occupancy import driver_blocks_per_sm, occupancy_of_compiled
 
     rows = []
     cc = torch.cuda.get_device_capability()
@@ -48,7 +38,7 @@ def check(configs, tokens: int = 64) -> pd.DataFrame:
         for launch in plan.launches:
             compiled = launch.compiled
             occ = occupancy_of_compiled(compiled, cc)
-            drv = driver_blocks_per_sm(compiled, launch.num_warps)
+            drv = driver_blocks_per_sm(compiled)
             rows.append(dict(loss=loss, target_format=target_format, variant=variant, vocab=vocab,
                              block_size=launch.block_size, num_warps=launch.num_warps, kernel=launch.name,
                              n_regs=compiled.n_regs, shared_bytes=compiled.metadata.shared,
@@ -74,13 +64,7 @@ def main(argv=None) -> int:
         pairs, [2048, 4096, 8192, 16384], [4, 8, 16])]
     df = check(configs)
     path = records.data_path(args.out, torch.cuda.get_device_name(), "occupancy_check")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        raise SystemExit(f"{path} exists: not overwriting it")
-    df.to_csv(path, index=False)
-    import json
-
-    path.with_suffix(".json").write_text(json.dumps(metadata.collect_metadata({"study": "occupancy_check"}), default=str, indent=1))
+    records.write_table(df, path, metadata.collect_metadata({"study": "occupancy_check"}))
     checked = df[df["kernel"].notna()]
     print(f"{int(checked['match'].sum())}/{len(checked)} kernels: predicted blocks/SM == driver's")
     print(checked[~checked["match"].astype(bool)].to_string() if not checked["match"].all() else "all match")

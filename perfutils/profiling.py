@@ -47,7 +47,6 @@ __all__ = [
     "kernel_kind",
     "kernel_table",
     "loss_step",
-    "loss_call",
     "measure_profile",
     "find_ncu",
     "ncu_command",
@@ -234,21 +233,6 @@ def loss_step(variant: str, logits: torch.Tensor, labels: torch.Tensor) -> tuple
     return plan.run, plan
 
 
-def loss_call(variant: str, logits: torch.Tensor, labels: torch.Tensor) -> Callable[[], Any]:
-    """A complete call as a training step makes it, allocation of the gradient included.
-
-    For the kernels variants this is ``kernels.entropy_loss_forward_backward`` (prepare + run: the
-    plan allocates its outputs in ``prepare``, so timing ``plan.run`` alone reuses them); for the
-    PyTorch variants it is the same as :func:`loss_step`'s step.
-    """
-    if variant in TORCH_VARIANTS:
-        return loss_step(variant, logits, labels)[0]
-    import kernels
-
-    return lambda: kernels.entropy_loss_forward_backward(logits, labels, loss="cross_entropy", target_format="labels",
-                                                         variant=variant)
-
-
 def _launch_stats(plan: Any, cc) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """(stats by kernel function name, stats of the limiting launch, every launch) of a plan that ran."""
     by_name: dict[str, dict[str, Any]] = {}
@@ -287,7 +271,7 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
     kernels variants ``Plan.run``: the launches, with argument checks and output allocation done once
     in ``prepare``), bytes_min = 4 B/element (read bf16 logits, write bf16 grad, plus labels and the
     loss), GB/s and % of copy, max_rel_err of loss and gradient against float64, compile_ms,
-    peak_mem_bytes (of a complete call, :func:`loss_call`: the gradient's allocation included),
+    peak_mem_bytes (what a step allocates plus the buffers a plan allocated up front: the gradient included),
     n_kernels and device_us_per_step (from the profiler), and the limiting launch's n_regs /
     occupancy. Kernel rows (``row_kind = "kernel"``): kernel, short_name, kind, calls_per_step,
     us_per_step, pct_of_device, ms_median = device ms per step; for Triton kernels also their
@@ -332,7 +316,8 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
             err = max(rel_err(loss.reshape(()).float(), ref_loss.to(loss.device)), rel_err(grad, ref_grad))
             del loss, grad
             timing = backend.bench(step)
-            peak = backend.peak_bytes(loss_call(variant, logits, labels))  # the gradient's allocation included
+            # A plan allocates its gradient and workspaces up front: count them with what run() allocates.
+            peak = backend.peak_bytes(step) + (plan.buffer_bytes if plan is not None else 0)
             by_name, limiting, launches = _launch_stats(plan, getattr(backend, "cc", None))
             table = kernel_table(backend.device_events(step, steps), steps)
             ms = float(timing.ms_median)

@@ -51,6 +51,7 @@ __all__ = [
     "load_metadata",
     "check_single_gpu",
     "utc_now",
+    "write_table",
 ]
 
 # Bump when a required column is added, removed or changes meaning.
@@ -255,6 +256,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str, Any], *, overwrite: bool = False) -> Path:
+    """Write a derived table (not a sweep: no per-row schema) and its JSON sidecar, each atomically.
+
+    Refuses to replace an existing file unless ``overwrite=True``.
+    """
+    path = _csv_path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists: not overwriting recorded data (pass overwrite=True to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, df.to_csv(index=False).encode())
+    _atomic_write(_sidecar_path(path), json.dumps(dict(metadata), indent=2, sort_keys=True, default=str).encode())
+    return path
 
 
 def _read_csv_table(path: Path) -> tuple[list[str], list[list[str]], bytes]:

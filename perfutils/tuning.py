@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records import load_metadata, load_records
+from .records import load_metadata, load_records, write_table
 
 STUDIES = ("blocksize_sweep", "split_row_tuning")
 KEY = ["loss", "target_format", "dtype", "vocab"]
@@ -32,24 +32,20 @@ def build_tuning_table(gpu_dir: str | Path, studies=STUDIES) -> pd.DataFrame:
     return table.sort_values(KEY).reset_index(drop=True)
 
 
-def write_tuning_table(gpu_dir: str | Path, studies=STUDIES) -> Path:
-    import json
-
+def write_tuning_table(gpu_dir: str | Path, studies=STUDIES, *, overwrite: bool = False) -> Path:
     gpu_dir = Path(gpu_dir)
     table = build_tuning_table(gpu_dir, studies)
-    path = gpu_dir / "tuning.csv"
-    table.to_csv(path, index=False)
     meta = {"derived_from": [f"{s}.csv" for s in studies], "sources": {s: load_metadata(gpu_dir / f"{s}.csv") for s in studies},
             "gpu_name": table["gpu_name"].iloc[0], "rule": "fastest ok row per (loss, target_format, dtype, vocab)"}
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=str))
-    return path
+    return write_table(table, gpu_dir / "tuning.csv", meta, overwrite=overwrite)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.tuning", description=__doc__.splitlines()[0])
     parser.add_argument("--gpu-dir", required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing tuning.csv")
     args = parser.parse_args(argv)
-    path = write_tuning_table(args.gpu_dir)
+    path = write_tuning_table(args.gpu_dir, overwrite=args.overwrite)
     print(pd.read_csv(path).to_string())
     return 0
 

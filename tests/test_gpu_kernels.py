@@ -242,16 +242,10 @@ def test_cooperative_is_default_when_resident():
 
 
 def driver_blocks_per_sm(compiled) -> int:
-    driver = pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
-    (error,) = driver.cuInit(0)
-    assert error == driver.CUresult.CUDA_SUCCESS, error
-    error, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        driver.CUfunction(int(compiled.function)),
-        32 * int(compiled.metadata.num_warps),
-        int(compiled.metadata.shared),
-    )
-    assert error == driver.CUresult.CUDA_SUCCESS, error
-    return int(blocks)
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
+    from perfutils.occupancy import driver_blocks_per_sm as driver_query
+
+    return driver_query(compiled)
 
 
 OCCUPANCY_CONFIGS = [
