@@ -68,9 +68,13 @@ def prepare(logits, target, *, loss="cross_entropy", target_format="labels", var
 
     fn = torch_loss_fn(loss, target_format, ignore_index)
     if variant == "torch_compile":
-        key = (loss, target_format, ignore_index)
+        # One compilation per shape, from a clean Dynamo state: recompiling one function for many shapes
+        # hits Dynamo's recompile limit, after which it silently runs eager (seen in an earlier benchmark).
+        key = (loss, target_format, ignore_index, tuple(logits.shape), logits.dtype, target.dtype)
         if key not in _COMPILED:
-            _COMPILED[key] = torch.compile(fn)
+            torch._dynamo.reset()
+            _COMPILED.clear()
+            _COMPILED[key] = torch.compile(fn, dynamic=False)
         fn = _COMPILED[key]
     elif variant == "liger":
         if target_format != "labels":

@@ -12,6 +12,7 @@ schema, checks and metadata as the block-size sweep (and resume the same way aft
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from typing import Any, Iterable
 
@@ -64,9 +65,9 @@ def run_cases(
     study: str,
     cases: Iterable[tuple[str, int | None, int | None]],
     *,
-    losses: Iterable[tuple[str, str]],
-    vocabs: Iterable[int],
-    tokens: Iterable[int] = (4096,),
+    losses: list[tuple[str, str]],
+    vocabs: list[int],
+    tokens: list[int] = (4096,),
     dtype: str = "bf16",
     out: str = "data",
     skip_liger_if_missing: bool = True,
@@ -74,22 +75,30 @@ def run_cases(
     **settings: Any,
 ):
     """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``."""
+    from .metadata import collect_metadata
+
     known = _known_with_providers()
     cases = [c for c in cases if not (c[0] == "liger" and skip_liger_if_missing and not providers.liger_available())]
-    measurer = None
+    measurer = metadata = None
     frames = []
-    for loss, target_format in losses:
+    # Shapes outermost: the measurer keeps one shape's inputs and float64 reference at a time.
+    for n_tokens, vocab, (loss, target_format) in itertools.product(tokens, vocabs, losses):
         for variant, block_size, num_warps in cases:
             if variant == "liger" and target_format != "labels":
                 continue
             config = dict(
                 study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
-                tokens=list(tokens), vocab=list(vocabs), block_size=block_size, num_warps=num_warps, **settings,
+                tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,
             )
             spec = load_config(config, known=known)
-            if measurer is None:  # one measurer: inputs and references are built once per shape
+            if measurer is None:
                 measurer = GpuMeasurer(spec, prepare=providers.prepare, log=log)
-            frames.append(run_sweep(spec, measure=measurer, log=log))
+                metadata = collect_metadata(
+                    dict(study=study, cases=cases, losses=list(losses), vocab=list(vocabs), tokens=list(tokens),
+                         dtype=dtype, **settings),
+                    measurer.copy_gbps,
+                )
+            frames.append(run_sweep(spec, measure=measurer, metadata=metadata, log=log))
     return frames[-1] if frames else None
 
 
