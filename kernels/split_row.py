@@ -207,32 +207,54 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-_RESIDENT_CACHE: dict = {}
-
-
 def max_resident_programs(launch: Launch) -> int:
-    """How many programs of this launch the GPU holds at once (0 if unknown: then never go cooperative).
+    """How many programs of this exact launch the GPU holds at once (0 off a GPU: never cooperative).
 
-    Compiles the kernel (no launch), reads its registers and shared memory, and applies NVIDIA's
-    occupancy algorithm (``perfutils.occupancy``) times the number of SMs.
+    Fetches the kernel Triton would launch for these arguments (``warmup`` compiles it once, then
+    hits Triton's cache), reads its registers and shared memory, and applies NVIDIA's occupancy
+    algorithm (``perfutils.occupancy``) times the number of SMs. It must be this exact kernel: Triton
+    specializes integer arguments (== 1, multiples of 16), and the variants differ in registers.
     """
     device = launch.args["logits_ptr"].device
     if device.type != "cuda":
         return 0
-    key = (device.index, launch.fn, tuple(sorted(launch.constexprs.items())), launch.num_warps,
-           tuple(str(v.dtype) for v in launch.args.values() if isinstance(v, torch.Tensor)))
-    if key not in _RESIDENT_CACHE:
-        from perfutils.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
+    from perfutils.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
 
-        with torch.cuda.device(device):
-            kernel = launch.fn.warmup(
-                **launch.args, **launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
-                num_stages=launch.num_stages,
-            )
-            props = torch.cuda.get_device_properties(device)
-        occ = occupancy_of_compiled(kernel, (props.major, props.minor))
-        _RESIDENT_CACHE[key] = occ.blocks_per_sm * props.multi_processor_count
-    return _RESIDENT_CACHE[key]
+    with torch.cuda.device(device):
+        kernel = launch.fn.warmup(
+            **launch.args, **launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
+            num_stages=launch.num_stages,
+        )
+        props = torch.cuda.get_device_properties(device)
+    occ = occupancy_of_compiled(kernel, (props.major, props.minor))
+    return occ.blocks_per_sm * props.multi_processor_count
+
+
+def cooperative_slots(coop: Launch, n_rows: int, num_chunks: int) -> tuple[int, int]:
+    """(rows in flight, resident programs of the kernel launched with that many); 0 rows: cannot run.
+
+    Triton compiles ``n_slots`` into one of three kernels (== 1, a multiple of 16, anything else),
+    so each candidate is sized with the kernel of its own class. Multiples of 16 come first: on the
+    H100 that kernel needed fewer registers (123 vs 151 for reverse KL, 4096-column chunks, 4 warps)
+    and ran 16% faster (data/h100-sxm-80gb/benchmark.csv vs split_row_tuning.csv).
+    """
+
+    def resident(n_slots: int) -> int:
+        coop.args["n_slots"] = n_slots
+        return max_resident_programs(coop)
+
+    fit = resident(16)
+    slots = min(n_rows, fit // num_chunks) // 16 * 16
+    if slots < 16:
+        fit = resident(3)  # the "any other value" kernel
+        slots = min(n_rows, fit // num_chunks)
+        if slots >= 16 and slots % 16 == 0:
+            slots -= 1  # stay in the class whose occupancy was just computed
+        if slots == 1:
+            fit = resident(1)
+            slots = 1 if fit >= num_chunks else 0
+    coop.args["n_slots"] = max(slots, 1)
+    return slots, fit
 
 
 def plan_split_row(
@@ -298,11 +320,9 @@ def plan_split_row(
         )
     if want_cooperative and problem.n_rows:
         coop = launch(None, 1, "split_row.cooperative")
-        resident = max_resident_programs(coop)
-        n_slots = min(problem.n_rows, resident // num_chunks)
+        n_slots, resident = cooperative_slots(coop, problem.n_rows, num_chunks)
         if n_slots >= 1:
             coop.grid = (n_slots * num_chunks,)
-            coop.args["n_slots"] = n_slots
             return Plan(
                 "split_row",
                 [coop],
