@@ -148,6 +148,8 @@ def collect_metadata(
         "cuda_version": None,
         "torch_version": None,
         "triton_version": None,
+        "ptxas_path": None,
+        "ptxas_version": None,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": None,
@@ -167,6 +169,12 @@ def collect_metadata(
         meta["triton_version"] = triton.__version__
     except Exception as exc:
         errors["triton"] = f"{type(exc).__name__}: {exc}"
+    try:  # register counts (and speed) depend on the ptxas version, not only on Triton's
+        from .registers import ptxas_in_use
+
+        meta.update(ptxas_in_use())
+    except Exception as exc:
+        errors["ptxas"] = f"{type(exc).__name__}: {exc}"
     if meta["device"] == "cuda":
         try:
             _probe_nvidia_smi(meta, device_index)

@@ -90,4 +90,39 @@ def prepare(logits, target, *, loss="cross_entropy", target_format="labels", var
         value.backward()
         return value.detach(), x.grad
 
+    if variant == "torch_compile":
+        return TorchPlan(variant, _first_call_with_torch_ptxas(step))
     return TorchPlan(variant, step)
+
+
+def _first_call_with_torch_ptxas(step):
+    """Compile (on the first call) with the ptxas torch.compile uses by default: torch's own.
+
+    The harness pins Triton's bundled ptxas for the project's kernels (perfutils.registers.
+    pin_bundled_ptxas); Inductor would inherit that pin, which is not how torch.compile runs for users
+    (on the H100 its cross-entropy kernels ran about 2x slower with Triton 3.6's ptxas 12.8).
+    """
+    import os
+    from pathlib import Path
+
+    import torch
+
+    torch_ptxas = Path(torch.__file__).parent / "bin" / "ptxas"
+    compiled = False
+
+    def first_call_then_step():
+        nonlocal compiled
+        if compiled or not torch_ptxas.is_file():
+            return step()
+        saved = os.environ.get("TRITON_PTXAS_PATH")
+        os.environ["TRITON_PTXAS_PATH"] = str(torch_ptxas)
+        try:
+            return step()
+        finally:
+            compiled = True
+            if saved is None:
+                os.environ.pop("TRITON_PTXAS_PATH", None)
+            else:
+                os.environ["TRITON_PTXAS_PATH"] = saved
+
+    return first_call_then_step

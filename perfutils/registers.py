@@ -210,6 +210,31 @@ def _tool_version(path: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def pin_bundled_ptxas() -> str | None:
+    """Make every compile of this process use Triton's bundled ptxas, unless TRITON_PTXAS_PATH is set.
+
+    torch.compile (Inductor) sets TRITON_PTXAS_PATH to torch's own ptxas the first time it compiles,
+    when the variable is unset; kernels compiled before and after it in one process then come from
+    different ptxas versions. Seen on the H100 (torch 2.11: ptxas 13.0 vs Triton 3.6's 12.8): the
+    split_row reverse-KL kernel, 4096-column chunks, 4 warps, took 123 registers instead of 151.
+    Measurements pin one ptxas and record it (``ptxas_in_use``).
+    """
+    if os.environ.get("TRITON_PTXAS_PATH"):
+        return os.environ["TRITON_PTXAS_PATH"]
+    bundled = _triton_bin_dir()
+    path = os.path.join(bundled, "ptxas") if bundled else None
+    if path and os.path.isfile(path) and os.access(path, os.X_OK):
+        os.environ["TRITON_PTXAS_PATH"] = path
+        return path
+    return None
+
+
+def ptxas_in_use() -> dict:
+    """The ptxas Triton compiles with now (path and version), for measurement metadata."""
+    path = find_cuda_tool("ptxas")
+    return {"ptxas_path": path, "ptxas_version": _tool_version(path) if path else None}
+
+
 def _ptxas_path(arch: int) -> str | None:
     # Triton picks a separate ptxas for Blackwell; mirror that choice when the helper exists.
     try:

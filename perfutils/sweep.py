@@ -678,6 +678,9 @@ class GpuMeasurer:
             raise TypeError(f"GpuMeasurer: spec must be a SweepSpec (use load_config), got {type(spec).__name__}")
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("the sweep measures on a CUDA GPU and none is available (use --dry-run to list the configurations)")
+        from .registers import pin_bundled_ptxas
+
+        pin_bundled_ptxas()  # one ptxas for the whole run, whatever torch.compile does later
         self.spec = spec
         self.device = torch.device(device)
         self.log = log

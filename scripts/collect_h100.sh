@@ -36,6 +36,9 @@ PY
     python3 -c "from perfutils.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
     python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml | grep -E "already|done"
     echo "rows after resume: $(($(wc -l < "$f") - 1))" ;;
+  ptxas-torch)  # the same kernels built by torch's ptxas (what torch.compile switches a process to)
+    TRITON_PTXAS_PATH="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')" \
+      python3 -m perfutils sweep --config notebooks/params/ptxas_torch_spot.yaml ;;
   gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
   occupancy) python3 -m perfutils.occupancy_check --out data ;;
   tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb ;;

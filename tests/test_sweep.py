@@ -360,6 +360,7 @@ def test_measurer_notices_in_place_kernels(store):
 def test_limiting_pass_describes_a_multi_launch_plan(store, monkeypatch):
     registers = types.ModuleType("perfutils.registers")
     registers.counts_from_compiled = lambda compiled: {"n_regs": compiled["regs"], "spill_bytes": 0, "shared_bytes": 64, "num_warps": 4}
+    registers.pin_bundled_ptxas = lambda: None  # the measurer pins one ptxas per process
     occupancy = types.ModuleType("perfutils.occupancy")
     occupancy.occupancy_of_compiled = lambda compiled, cc: types.SimpleNamespace(
         occupancy=compiled["occ"], blocks_per_sm=compiled["blocks"], limiters={"registers"})
