@@ -233,26 +233,26 @@ def max_resident_programs(launch: Launch) -> int:
 def cooperative_slots(coop: Launch, n_rows: int, num_chunks: int) -> tuple[int, int]:
     """(rows in flight, resident programs of the kernel launched with that many); 0 rows: cannot run.
 
-    Triton compiles ``n_slots`` into one of three kernels (== 1, a multiple of 16, anything else),
-    so each candidate is sized with the kernel of its own class. Multiples of 16 come first: on the
-    H100 that kernel needed fewer registers (123 vs 151 for reverse KL, 4096-column chunks, 4 warps)
-    and ran 16% faster (data/h100-sxm-80gb/benchmark.csv vs split_row_tuning.csv).
+    Triton compiles ``n_slots`` into one of three kernels (== 1, a multiple of 16, anything else)
+    that may differ in registers, so the chosen grid is checked against the occupancy of the kernel
+    of its own class; when it does not fit, one row fewer moves it back to the class already sized.
     """
 
     def resident(n_slots: int) -> int:
         coop.args["n_slots"] = n_slots
         return max_resident_programs(coop)
 
-    fit = resident(16)
-    slots = min(n_rows, fit // num_chunks) // 16 * 16
-    if slots < 16:
-        fit = resident(3)  # the "any other value" kernel
-        slots = min(n_rows, fit // num_chunks)
-        if slots >= 16 and slots % 16 == 0:
-            slots -= 1  # stay in the class whose occupancy was just computed
-        if slots == 1:
-            fit = resident(1)
-            slots = 1 if fit >= num_chunks else 0
+    fit = resident(3)  # the "any other value" kernel
+    slots = min(n_rows, fit // num_chunks)
+    if slots >= 16 and slots % 16 == 0:
+        fit_16 = resident(slots)
+        if slots * num_chunks <= fit_16:
+            fit = fit_16
+        else:
+            slots -= 1
+    elif slots == 1:
+        fit = resident(1)
+        slots = 1 if fit >= num_chunks else 0
     coop.args["n_slots"] = max(slots, 1)
     return slots, fit
 

@@ -25,10 +25,11 @@ def coop_launch():
 @pytest.mark.parametrize(
     "by_class, n_rows, chunks, expected",
     [
-        ({"one": 40, "div16": 528, "other": 396}, 4096, 32, (16, 528)),  # multiple-of-16 kernel fits 16 rows
-        ({"one": 40, "div16": 396, "other": 396}, 4096, 32, (12, 396)),  # 12 rows: the "other" kernel
+        ({"one": 40, "div16": 528, "other": 792}, 4096, 32, (24, 792)),  # as many rows as the kernel allows
+        ({"one": 40, "div16": 396, "other": 396}, 4096, 32, (12, 396)),
         ({"one": 40, "div16": 528, "other": 528}, 5, 32, (5, 528)),  # fewer rows than fit
-        ({"one": 40, "div16": 100, "other": 1024}, 4096, 32, (31, 1024)),  # 32 would switch kernel: 31
+        ({"one": 40, "div16": 528, "other": 528}, 4096, 32, (16, 528)),  # 16 rows: the multiple-of-16 kernel fits
+        ({"one": 40, "div16": 500, "other": 1024}, 4096, 32, (31, 1024)),  # it does not: one row fewer
         ({"one": 40, "div16": 50, "other": 50}, 4096, 32, (1, 40)),  # one row: sized with the == 1 kernel
         ({"one": 20, "div16": 10, "other": 10}, 4096, 32, (0, 10)),  # not one row fits: no cooperative grid
     ],
