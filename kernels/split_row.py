@@ -1,21 +1,24 @@
 """Variant "split_row": every row is read from DRAM exactly once, even when it is too wide for one program.
 
 A row of ``n_cols`` is cut into ``NUM_CHUNKS`` chunks of ``BLOCK_SIZE`` columns, one program per
-chunk. Each program loads its chunk into registers and summarises it (max, sum of exponentials,
-the loss's weighted sum: see ``row_math``). Then:
+chunk. Each program loads its chunk and summarises it (max, sum of exponentials, the loss's
+weighted sum: see ``row_math``); the row's summaries combine into its loss and gradient. Forms:
 
-* cooperative form (``split_row_cooperative_kernel``, the GPU path): the program publishes its summary to a small
-  workspace, bumps the row's arrival counter and spins until all chunks of the row have arrived,
-  combines the summaries and writes its part of the gradient from the exponentials it still holds.
-  One read and one write per element: the minimum. The grid is persistent and never larger than
-  what the GPU can hold at once (``perfutils.occupancy``), otherwise programs waiting for a
-  chunk whose program was never scheduled would wait forever.
-* multi-launch form (``split_row_kernel`` with PHASE_STATS, then PHASE_GRAD): the same math with the kernel
+* cooperative, schedule "lagged" (``split_row_lagged_kernel``, the default on a GPU): a persistent
+  grid; a program publishes its chunk's summary without waiting and finishes the row LAG_STEPS
+  steps later, reading the chunk a second time from L2. DRAM traffic is the minimum (one read,
+  one write per element); the exchange is off the critical path.
+* cooperative, schedule "wait" (``split_row_cooperative_kernel``): the textbook version: publish,
+  bump the row's arrival counter, spin until all chunks have arrived, write the gradient from the
+  exponentials still in registers. Every program waits for its row's slowest chunk.
+* multi-launch (``split_row_kernel`` with PHASE_STATS, then PHASE_GRAD): the same math with the kernel
   boundary as the barrier; the gradient launch re-reads its chunk. It is what the Triton
   interpreter runs (it executes programs one after another, so a spin-wait would hang there) and
   the fallback when a cooperative grid would not be co-resident.
 
-Rows that fit in one chunk need no exchange and use the single-tile fused kernel.
+A cooperative grid is never larger than what the GPU holds at once (``perfutils.occupancy`` on the
+exact compiled kernel): a program waiting for a chunk whose program was never scheduled would wait
+forever. Rows that fit in one chunk need no exchange and use the single-tile fused kernel.
 """
 
 import os
@@ -28,6 +31,8 @@ from .fused import fused_launch
 from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
+    CE_LABELS,
+    LOG2E,
     combine_partials,
     label_logit,
     load_partials,
@@ -45,6 +50,14 @@ PHASE_STATS = tl.constexpr(0)
 PHASE_GRAD = tl.constexpr(1)
 
 N_PARTIALS = tl.constexpr(5)  # m_x, s_x, m_t, s_t, acc
+
+# Cooperative schedules: "wait" exchanges summaries then writes the gradient from registers;
+# "lagged" finishes each row one step later, re-reading its chunk from L2 (split_row_lagged_kernel).
+SCHEDULES = ("wait", "lagged")
+# An fp32 NaN with a payload no arithmetic produces (NVIDIA GPUs return the canonical 0x7FFFFFFF):
+# marks a summary word that has not been written yet (split_row_lagged_kernel).
+EMPTY_BITS = tl.constexpr(0x7FBADBAD)
+LAG_STEPS = tl.constexpr(2)  # "lagged": a row is finished this many steps after it was read (1 measured slower)
 
 
 @triton.jit
@@ -196,6 +209,155 @@ def split_row_cooperative_kernel(
                 tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
 
 
+@triton.jit
+def split_row_lagged_kernel(
+    logits_ptr,
+    target_ptr,
+    labels_ptr,
+    mask_ptr,
+    grad_ptr,
+    loss_rows_ptr,
+    partials_ptr,  # (n_rows, 5, NUM_CHUNKS) fp32, every word EMPTY_BITS before the launch
+    counters_ptr,  # unused (shared argument convention)
+    n_rows,
+    n_cols,
+    n_slots,
+    logits_stride,
+    target_stride,
+    ignore_index,
+    grad_scale,
+    loss_scale,
+    LOSS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    COMPUTE_GRAD: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_POW2: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    POLL_FIRST: tl.constexpr,  # poll the summaries before issuing the reads (fewer registers, see plan_split_row)
+):
+    """The one-DRAM-read form with the exchange taken off the critical path (same arguments as
+    split_row_kernel, no PHASE). Persistent: program (slot, chunk) walks rows slot, slot + n_slots, ...
+
+    In step k a program reads its chunk of row r_k from DRAM and summarises it, and finishes row
+    r_(k-LAG_STEPS): it reads that chunk a second time, from L2 (the grid's reads of LAG_STEPS + 1
+    steps are a few MB of the 50 MB L2; the first read asks L2 to keep it, the second to drop it),
+    combines the row's summaries, which its peers published LAG_STEPS steps ago, and writes the
+    gradient. DRAM sees each input byte once; nobody waits for a row that is still being read, so
+    the wait of the "wait" schedule leaves the critical path; only scalars live from step to step.
+
+    The summaries need no atomics or fences: every word starts as EMPTY_BITS (a NaN payload that
+    arithmetic never produces: it yields the canonical NaN), and a reader polls its row's words
+    (volatile: from L2) until none is empty. Each word is written once, so a word that is not empty
+    holds its final value.
+    """
+    pid = tl.program_id(0)
+    slot = pid // NUM_CHUNKS
+    chunk = pid % NUM_CHUNKS
+    start = chunk.to(tl.int64) * BLOCK_SIZE
+    cols = tl.arange(0, BLOCK_SIZE)
+    width = n_cols - start
+    in_row = cols < width
+    lanes = tl.arange(0, CHUNKS_POW2)
+    lane_used = lanes < NUM_CHUNKS
+
+    behind = LAG_STEPS * n_slots  # rows between the one read from DRAM and the one finished
+    row = slot.to(tl.int64)
+    cur_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(row, n_rows - 1), ignore_index, LOSS, HAS_MASK)
+    cur_valid = cur_valid & (row < n_rows)
+    for row in range(slot.to(tl.int64), n_rows + behind, n_slots):
+        # Validity of the next step's row, loaded a step ahead (it decides whether that row is read).
+        # (Only the flag is carried: Triton 3.6 dropped a carried label, see the README's notes.)
+        nxt = row + n_slots
+        nxt_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(nxt, n_rows - 1), ignore_index, LOSS,
+                                          HAS_MASK)
+        nxt_valid = nxt_valid & (nxt < n_rows)
+        cur = tl.minimum(row, n_rows - 1)
+        old = tl.maximum(row - behind, 0)
+        old_valid, label = row_validity(labels_ptr, mask_ptr, old, ignore_index, LOSS, HAS_MASK)
+        old_valid = old_valid & (row >= behind)
+        summaries = partials_ptr + old * (N_PARTIALS * NUM_CHUNKS)
+
+        if POLL_FIRST:
+            all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
+                                                                              lane_used)
+        # This row's chunk (DRAM; kept in L2 for its second read), the old row's chunk (L2, last use)
+        x_cur, t_cur = load_raw_tiles(logits_ptr + cur * logits_stride + start, target_ptr + cur * target_stride + start,
+                                      cols, tl.where(cur_valid, width, 0), LOSS, "evict_last")
+        x_old_row = logits_ptr + old * logits_stride
+        old_width = tl.where(old_valid, width, 0)
+        if not COMPUTE_GRAD:
+            old_width = 0 * old_width
+        x_old, t_old = load_raw_tiles(x_old_row + start, target_ptr + old * target_stride + start, cols, old_width, LOSS,
+                                      "evict_first")
+        x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), LOSS)
+        if not POLL_FIRST:  # poll with every read in flight
+            all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
+                                                                              lane_used)
+
+        if old_valid:
+            big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
+                all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
+            )
+            loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
+            tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
+            if COMPUTE_GRAD:
+                x2 = x_old.to(tl.float32) * LOG2E
+                t2 = t_old.to(tl.float32) * LOG2E
+                lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
+                e_x = tl.exp2(x2 - big_m_x)
+                e_t = tl.exp2(t2 - big_m_t)
+                grad = tile_gradient(
+                    e_x, 1.0 / big_s_x, e_t, 1.0 / big_s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
+                )
+                tl.store(grad_ptr + old * n_cols + start + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
+                         mask=in_row, eviction_policy="evict_first")
+        elif row >= behind:  # a skipped old row: zero loss and gradient
+            tl.store(loss_rows_ptr + old, 0.0, mask=chunk == 0)
+            if COMPUTE_GRAD:
+                tl.store(grad_ptr + old * n_cols + start + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty),
+                         mask=in_row)
+
+        if cur_valid:  # summarise this row's chunk and publish (plain stores: see EMPTY_BITS)
+            x2 = x_cur.to(tl.float32) * LOG2E
+            t2 = t_cur.to(tl.float32) * LOG2E
+            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
+            store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
+        cur_valid = nxt_valid
+
+
+@triton.jit
+def load_raw_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr, EVICTION: tl.constexpr):
+    """The logits tile and (target-distribution losses) the target tile in the input dtype; -inf outside
+    the row, and everywhere when n_cols <= 0 (a row that is skipped is not read)."""
+    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
+    t = x
+    if LOSS != CE_LABELS:
+        t = tl.load(t_ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
+    return x, t
+
+
+@triton.jit
+def wait_for_summaries(summaries, valid, NUM_CHUNKS: tl.constexpr, lanes, lane_used):
+    """A row's chunk summaries, polled until every one has been written (not polled for a skipped row)."""
+    m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used)
+    if valid:
+        while summaries_missing(m_x, s_x, m_t, s_t, acc, lane_used):
+            m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used)
+    return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def is_empty(value):
+    return value.to(tl.int32, bitcast=True) == EMPTY_BITS
+
+
+@triton.jit
+def summaries_missing(m_x, s_x, m_t, s_t, acc, lane_used):
+    """Whether any used lane of a row's summaries is still EMPTY_BITS (its chunk has not published)."""
+    empty = is_empty(m_x) | is_empty(s_x) | is_empty(m_t) | is_empty(s_t) | is_empty(acc)
+    return tl.max((empty & lane_used).to(tl.int32), axis=0) > 0
+
+
 def default_split_row_config(n_cols: int) -> tuple[int, int]:
     """Chunks of up to 4K columns with 4 warps (32 values per thread per live tile): the best split_row
     configuration for most shapes of the H100 sweep (data/h100-sxm-80gb/split_row_tuning.csv)."""
@@ -263,6 +425,7 @@ def plan_split_row(
     num_warps: int | None = None,
     *,
     cooperative: bool | None = None,
+    schedule: str = "lagged",
 ) -> Plan:
     """Plan the split-row variant.
 
@@ -275,6 +438,8 @@ def plan_split_row(
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
     if cooperative not in (None, True, False):
         raise TypeError(f"cooperative must be None, True or False, got {cooperative!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     loss_rows, grad = allocate_outputs(problem)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
@@ -287,13 +452,25 @@ def plan_split_row(
     device = problem.logits.device
     partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
     counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device)
+
+    def mark_partials_empty() -> None:
+        partials.view(torch.int32).fill_(EMPTY_BITS.value)
+
     buffers = [loss_rows, grad, partials, counters]
 
     def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
         phase_arg = {} if phase is None else {"PHASE": phase.value}
+        fn = split_row_kernel
+        if phase is None and schedule == "wait":
+            fn = split_row_cooperative_kernel
+        elif phase is None:
+            fn = split_row_lagged_kernel
+            # Measured on the H100 (data/h100-sxm-80gb/split_row_schedules.csv): polling first keeps
+            # labels CE's registers down; the target-distribution losses gain from polling last.
+            phase_arg = {"POLL_FIRST": problem.loss_code == CE_LABELS.value}
         return Launch(
             name=name,
-            fn=split_row_kernel if phase is not None else split_row_cooperative_kernel,
+            fn=fn,
             grid=(n_slots * num_chunks,),
             args=dict(
                 problem.loss_args(loss_rows, grad),
@@ -319,7 +496,7 @@ def plan_split_row(
             "wait for each other, which the interpreter (one program at a time) cannot run"
         )
     if want_cooperative and problem.n_rows:
-        coop = launch(None, 1, "split_row.cooperative")
+        coop = launch(None, 1, f"split_row.{'cooperative' if schedule == 'wait' else 'lagged'}")
         n_slots, resident = cooperative_slots(coop, problem.n_rows, num_chunks)
         if n_slots >= 1:
             coop.grid = (n_slots * num_chunks,)
@@ -327,8 +504,9 @@ def plan_split_row(
                 "split_row",
                 [coop],
                 finisher(problem, loss_rows, grad),
-                {**config, "mode": "cooperative", "programs": n_slots * num_chunks, "resident_programs": resident},
-                reset=counters.zero_,
+                {**config, "mode": "cooperative", "schedule": schedule,
+                 "programs": n_slots * num_chunks, "resident_programs": resident},
+                reset=mark_partials_empty if schedule == "lagged" else counters.zero_,
                 buffers=buffers,
             )
         if cooperative:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How the committed H100 data was produced: stages run on the GPU machine from the repo root, each
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
-#   scripts/collect_h100.sh ceilings|tuning|case|fused|two_pass|benchmark|teaching|profiling|gpu-tests
+#   scripts/collect_h100.sh ceilings|tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|occupancy|tuning-table|remeasure-split-row
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"
@@ -41,6 +41,21 @@ PY
       python3 -m perfutils sweep --config notebooks/params/ptxas_torch_spot.yaml ;;
   gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
   occupancy) python3 -m perfutils.occupancy_check --out data ;;
-  tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb ;;
+  tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
+  remeasure-split-row)  # after a split_row kernel change: forget its rows (and auto's) in the benchmark and
+    # case study, which git keeps, and measure just those again; the sidecars record the new session.
+    python3 - <<'PY'
+import pandas as pd
+from perfutils import records
+for study in ("benchmark", "case_study"):
+    path = records.data_path("data", "NVIDIA H100 80GB HBM3", study)
+    df = pd.read_csv(path)
+    keep = ~df["variant"].isin(["split_row", "auto"])
+    print(f"{path}: re-measuring {int((~keep).sum())} split_row/auto rows of {len(df)}")
+    records.write_table(df[keep], path, records.load_metadata(path), overwrite=True)
+PY
+    python3 -m perfutils.studies case_study --out data
+    python3 -m perfutils.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
+    python3 -m perfutils.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -45,6 +45,7 @@ VARIANT_SPECS = [
     ("fused", "fused", {}),
     ("two_pass", "two_pass", {}),
     ("split_row-coop", "split_row", {"cooperative": True}),
+    ("split_row-wait", "split_row", {"cooperative": True, "schedule": "wait"}),
     ("split_row-multi", "split_row", {"cooperative": False}),
     ("auto", "auto", {}),
 ]
@@ -255,12 +256,13 @@ OCCUPANCY_CONFIGS = [
     ("two_pass", None, None, {"stats_block_size": 2048, "grad_block_size": 8192, "grad_num_warps": 16}),
     ("split_row", None, None, {"cooperative": True}),
     ("split_row", 4096, 4, {"cooperative": True}),
+    ("split_row", 4096, 4, {"cooperative": True, "schedule": "wait"}),
     ("split_row", 16384, 16, {"cooperative": False}),
 ]
 
 
 OCCUPANCY_IDS = ["fused-default", "fused-bs4096-w4", "two_pass-mixed", "split_row-coop-default", "split_row-coop-bs4096-w4",
-                 "split_row-multi-bs16384-w16"]
+                 "split_row-wait-bs4096-w4", "split_row-multi-bs16384-w16"]
 
 
 @pytest.mark.parametrize("config", OCCUPANCY_CONFIGS, ids=OCCUPANCY_IDS)
@@ -287,7 +289,7 @@ def test_occupancy_matches_driver(loss_index, config):
             flush=True,
         )
         assert predicted.blocks_per_sm == actual, f"{launch.name}: predicted {predicted.blocks_per_sm}, driver {actual}"
-        if launch.name == "split_row.cooperative":
+        if plan.config.get("mode") == "cooperative":
             # The persistent grid was sized from this prediction: it must hold on the real device.
             assert plan.config["resident_programs"] == actual * sm_count
             assert launch.grid[0] <= actual * sm_count

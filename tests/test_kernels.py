@@ -277,6 +277,67 @@ def test_split_row_modes(gen, oracle):
         assert auto.variant == "split_row" and auto.config["mode"] == "multi_launch"
 
 
+LAGGED_CASES = [  # (loss_index, poll_first, masked, grad_output)
+    (0, True, False, 1.0), (0, False, True, None), (1, False, False, 0.5), (2, False, True, 1.0), (3, False, False, 1.0),
+    (3, True, True, None),
+]
+
+
+@pytest.mark.parametrize("loss_index, poll_first, masked, grad_output", LAGGED_CASES)
+def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_output, gen, oracle):
+    """The lagged cooperative kernel, run by the interpreter in its one-chunk form.
+
+    With one chunk per row a program waits only for summaries it published itself LAG_STEPS steps
+    earlier, so programs run one after another still finish; this checks its step bookkeeping (rows
+    started, finished two steps later, skipped rows, the tail after the last row) and its math on
+    CPU. The multi-chunk grid runs in tests/test_gpu_kernels.py.
+    """
+    from kernels import split_row
+    from kernels.launch import Launch
+
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (11, 96), torch.float32, fmt)
+    options = dict(loss=loss, target_format=fmt, grad_output=grad_output)
+    if fmt == "labels":
+        target[[1, 6]] = -100
+    if masked:
+        options["loss_mask"] = torch.tensor([i % 4 != 2 for i in range(11)], device=logits.device)
+    plan = kernels.prepare(logits, target, variant="split_row", block_size=32, num_warps=2, cooperative=False, **options)
+    stats = plan.launches[0]
+    partials = torch.empty((11, split_row.N_PARTIALS.value, 1), dtype=torch.float32, device=logits.device)
+    partials.view(torch.int32).fill_(split_row.EMPTY_BITS.value)
+    n_slots = 3
+    constexprs = {k: v for k, v in stats.constexprs.items() if k != "PHASE"}
+    constexprs.update(NUM_CHUNKS=1, CHUNKS_POW2=2, BLOCK_SIZE=128, POLL_FIRST=poll_first)
+    lagged = Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots,),
+                    dict(stats.args, partials_ptr=partials, n_slots=n_slots), constexprs, num_warps=2)
+    lagged()
+    oracle.check(logits, target, plan.finish(), **options)
+    # Exactly the rows that count published a summary; skipped rows were never read.
+    valid = torch.ones(11, dtype=torch.bool, device=logits.device)
+    if fmt == "labels":
+        valid &= target != -100
+    if masked:
+        valid &= options["loss_mask"]
+    published = (partials.view(torch.int32) != split_row.EMPTY_BITS.value).all(dim=2).all(dim=1)
+    assert torch.equal(published, valid)
+
+
+def test_split_row_rejects_unknown_schedule(gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
+    with pytest.raises(ValueError, match="schedule"):
+        kernels.prepare(logits, labels, variant="split_row", block_size=32, schedule="eager")
+
+
+def test_empty_bits_is_a_nan_that_arithmetic_does_not_produce():
+    """The lagged exchange's sentinel is a NaN payload, not the canonical NaN a computation returns."""
+    from kernels import split_row
+
+    bits = torch.tensor([split_row.EMPTY_BITS.value], dtype=torch.int32)
+    assert torch.isnan(bits.view(torch.float32)).all()
+    assert split_row.EMPTY_BITS.value != 0x7FFFFFFF and split_row.EMPTY_BITS.value != 0x7FC00000
+
+
 # --------------------------------------------------------------------------------------------
 # torch.autograd path and output types
 # --------------------------------------------------------------------------------------------
