@@ -14,7 +14,16 @@ import triton.language as tl
 
 from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
-from .row_math import label_logit, load_tiles, row_loss, row_statistics, row_validity, tile_gradient, tile_statistics
+from .row_math import (
+    label_logit,
+    load_tiles,
+    lse_difference,
+    row_loss,
+    row_statistics,
+    row_validity,
+    tile_gradient,
+    tile_statistics,
+)
 
 
 @triton.jit
@@ -53,7 +62,7 @@ def fused_loss_kernel(
             loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
             if COMPUTE_GRAD:
-                lse_diff2 = m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+                lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
                 grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols, label, lse_diff2, loss, LOSS)
                 tl.store(g_row + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < n_cols)
         else:
@@ -62,8 +71,10 @@ def fused_loss_kernel(
             loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
             if COMPUTE_GRAD:
-                # Pass 2: re-read every tile and write its gradient.
-                lse_diff2 = m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+                # Pass 2: re-read every tile and write its gradient. (Written out rather than through
+                # row_math.gradient_from_summary: Triton 3.6 compiles that form of this loop differently for
+                # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
+                lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
                 for start in range(0, n_cols, BLOCK_SIZE):
                     x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)

@@ -56,19 +56,37 @@ def _sum_triple(a, b, c, a2, b2, c2):
 
 
 @triton.jit
-def load_scaled(ptr, cols, n_cols):
-    """Load a tile of logits as fp32 base-2 scaled values, -inf outside the row."""
-    x = tl.load(ptr + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-    return x * LOG2E
+def base2(x):
+    """fp32 base-2 scaled values x * log2(e) of a tile in its input dtype."""
+    return x.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def load_raw(ptr, cols, n_cols, EVICTION: tl.constexpr):
+    """A tile in its input dtype, -inf outside the row (everywhere when n_cols <= 0: nothing is read).
+    EVICTION: the L2 policy of the load ("" default, "evict_first", "evict_last")."""
+    return tl.load(ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
+
+
+@triton.jit
+def load_raw_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr, EVICTION: tl.constexpr):
+    """The logits tile and, for the target-distribution losses, the target tile (else the logits
+    again), in the input dtype (see load_raw)."""
+    x = load_raw(x_ptr, cols, n_cols, EVICTION)
+    t = x
+    if LOSS != CE_LABELS:
+        t = load_raw(t_ptr, cols, n_cols, EVICTION)
+    return x, t
 
 
 @triton.jit
 def load_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr):
-    """The logits tile and, for the target-distribution losses, the target tile (else the logits again)."""
-    x2 = load_scaled(x_ptr, cols, n_cols)
+    """The logits tile and, for the target-distribution losses, the target tile (else the logits again),
+    as fp32 base-2 scaled values (x2, t2)."""
+    x2 = base2(load_raw(x_ptr, cols, n_cols, ""))
     t2 = x2
     if LOSS != CE_LABELS:
-        t2 = load_scaled(t_ptr, cols, n_cols)
+        t2 = base2(load_raw(t_ptr, cols, n_cols, ""))
     return x2, t2
 
 
@@ -207,6 +225,22 @@ def row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS: tl.constexpr):
         lse2_t = m_t + tl.log2(s_t)
         loss = (acc / s_x - lse2_x + lse2_t) * LN2
     return loss
+
+
+@triton.jit
+def lse_difference(m_x, s_x, m_t, s_t):
+    """lse2_x - lse2_t of a row's combined summary (reverse KL's gradient needs it)."""
+    return m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+
+
+@triton.jit
+def gradient_from_summary(x2, t2, m_x, s_x, m_t, s_t, lse_diff2, cols, label, loss, LOSS: tl.constexpr):
+    """d loss_row / d x for a tile read (again) once its row's combined summary is known, before the
+    grad_output/n_rows scale: the exponentials are recomputed against the row's maxima.
+    lse_diff2 = lse_difference(...) of the same summary (a loop over tiles computes it once)."""
+    e_x = tl.exp2(x2 - m_x)
+    e_t = tl.exp2(t2 - m_t)
+    return tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols, label, lse_diff2, loss, LOSS)
 
 
 @triton.jit

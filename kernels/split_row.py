@@ -32,11 +32,14 @@ from .launch import Launch, Plan
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
     CE_LABELS,
-    LOG2E,
+    base2,
     combine_partials,
+    gradient_from_summary,
     label_logit,
     load_partials,
+    load_raw_tiles,
     load_tiles,
+    lse_difference,
     rescale,
     row_loss,
     row_validity,
@@ -118,13 +121,11 @@ def split_row_kernel(
                 loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
                 tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
                 if COMPUTE_GRAD:
-                    lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
+                    lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
                     # The kernel boundary was the barrier: re-read the chunk (the cooperative form keeps it).
                     x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
-                    e_x = tl.exp2(x2 - big_m_x)
-                    e_t = tl.exp2(t2 - big_m_t)
-                    grad = tile_gradient(
-                        e_x, 1.0 / big_s_x, e_t, 1.0 / big_s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
+                    grad = gradient_from_summary(
+                        x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols + start, label, loss, LOSS
                     )
                     tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
         else:
@@ -198,7 +199,7 @@ def split_row_cooperative_kernel(
             tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
                 # The exponentials are still in registers: only a per-chunk factor changes.
-                lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
+                lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
                 q_factor = rescale(m_x, big_m_x) / big_s_x
                 p_factor = rescale(m_t, big_m_t) / big_s_t
                 grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols + start, label, lse_diff2, loss, LOSS)
@@ -301,14 +302,11 @@ def split_row_lagged_kernel(
             loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
             tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
-                x2 = x_old.to(tl.float32) * LOG2E
-                t2 = t_old.to(tl.float32) * LOG2E
-                lse_diff2 = big_m_x + tl.log2(big_s_x) - big_m_t - tl.log2(big_s_t)
-                e_x = tl.exp2(x2 - big_m_x)
-                e_t = tl.exp2(t2 - big_m_t)
-                grad = tile_gradient(
-                    e_x, 1.0 / big_s_x, e_t, 1.0 / big_s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
-                )
+                x2 = base2(x_old)
+                t2 = base2(t_old)
+                lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
+                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols + start, label,
+                                             loss, LOSS)
                 tl.store(grad_ptr + old * n_cols + start + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                          mask=in_row, eviction_policy="evict_first")
         elif row >= behind:  # a skipped old row: zero loss and gradient
@@ -318,22 +316,9 @@ def split_row_lagged_kernel(
                          mask=in_row)
 
         if cur_valid:  # summarise this row's chunk and publish (plain stores: see EMPTY_BITS)
-            x2 = x_cur.to(tl.float32) * LOG2E
-            t2 = t_cur.to(tl.float32) * LOG2E
-            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
+            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)
             store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
         cur_valid = nxt_valid
-
-
-@triton.jit
-def load_raw_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr, EVICTION: tl.constexpr):
-    """The logits tile and (target-distribution losses) the target tile in the input dtype; -inf outside
-    the row, and everywhere when n_cols <= 0 (a row that is skipped is not read)."""
-    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
-    t = x
-    if LOSS != CE_LABELS:
-        t = tl.load(t_ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
-    return x, t
 
 
 @triton.jit
@@ -451,7 +436,8 @@ def plan_split_row(
 
     device = problem.logits.device
     partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
-    counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device)
+    # Arrival counters: only the "wait" schedule counts; the other kernels get a placeholder pointer.
+    counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device) if schedule == "wait" else None
 
     def mark_partials_empty() -> None:
         partials.view(torch.int32).fill_(EMPTY_BITS.value)
@@ -459,15 +445,14 @@ def plan_split_row(
     buffers = [loss_rows, grad, partials, counters]
 
     def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
-        phase_arg = {} if phase is None else {"PHASE": phase.value}
-        fn = split_row_kernel
-        if phase is None and schedule == "wait":
-            fn = split_row_cooperative_kernel
-        elif phase is None:
-            fn = split_row_lagged_kernel
+        if phase is not None:
+            fn, kernel_constexprs = split_row_kernel, {"PHASE": phase.value}
+        elif schedule == "wait":
+            fn, kernel_constexprs = split_row_cooperative_kernel, {}
+        else:
             # Measured on the H100 (data/h100-sxm-80gb/split_row_schedules.csv): polling first keeps
             # labels CE's registers down; the target-distribution losses gain from polling last.
-            phase_arg = {"POLL_FIRST": problem.loss_code == CE_LABELS.value}
+            fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value}
         return Launch(
             name=name,
             fn=fn,
@@ -475,13 +460,13 @@ def plan_split_row(
             args=dict(
                 problem.loss_args(loss_rows, grad),
                 partials_ptr=partials,
-                counters_ptr=counters,
+                counters_ptr=counters if counters is not None else partials,
                 n_rows=problem.n_rows,
                 n_slots=n_slots,
             ),
             constexprs=dict(
                 problem.loss_constexprs(),
-                **phase_arg,
+                **kernel_constexprs,
                 NUM_CHUNKS=num_chunks,
                 CHUNKS_POW2=max(2, next_power_of_2(num_chunks)),
                 BLOCK_SIZE=block_size,
@@ -506,7 +491,7 @@ def plan_split_row(
                 finisher(problem, loss_rows, grad),
                 {**config, "mode": "cooperative", "schedule": schedule,
                  "programs": n_slots * num_chunks, "resident_programs": resident},
-                reset=mark_partials_empty if schedule == "lagged" else counters.zero_,
+                reset=counters.zero_ if schedule == "wait" else mark_partials_empty,
                 buffers=buffers,
             )
         if cooperative:

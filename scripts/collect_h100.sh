@@ -46,9 +46,10 @@ PY
     # case study, which git keeps, and measure just those again; the sidecars record the new session.
     python3 - <<'PY'
 import pandas as pd
+import torch
 from perfutils import records
 for study in ("benchmark", "case_study"):
-    path = records.data_path("data", "NVIDIA H100 80GB HBM3", study)
+    path = records.data_path("data", torch.cuda.get_device_name(), study)
     df = pd.read_csv(path)
     keep = ~df["variant"].isin(["split_row", "auto"])
     print(f"{path}: re-measuring {int((~keep).sum())} split_row/auto rows of {len(df)}")
