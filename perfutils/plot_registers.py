@@ -21,6 +21,7 @@ import time
 import pandas as pd
 
 from perfutils.occupancy import occupancy_of_counts
+from perfutils.records import error_text
 from perfutils.registers import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
 
 __all__ = [
@@ -102,7 +103,7 @@ def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", w
             row["launches"] = len(entries)
             row["status"], row["error"] = "ok", None
         except Exception as exc:  # a failed configuration is a row, not a crash
-            row.update(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            row.update(status="error", error=error_text(exc, 600))
         row["compile_s"] = time.perf_counter() - started
         results.append(row)
         if log is not None:

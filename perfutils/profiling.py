@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from .records import config_key
-from .teaching import CudaBackend, _error_text, _Session, kernel_stats
+from .records import config_key, error_text
+from .teaching import CudaBackend, _Session, kernel_stats
 
 __all__ = [
     "PROFILE_STUDY",
@@ -631,7 +631,7 @@ def measure_ncu(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAULT_TO
             if device == "cuda":
                 torch.cuda.synchronize()
         except Exception as exc:
-            log(f"[profile_ncu] {variant} failed before profiling ({_error_text(exc, 200)}); left out")
+            log(f"[profile_ncu] {variant} failed before profiling ({error_text(exc, 200)}); left out")
             continue
         _, _, launches = _launch_stats(plan, getattr(backend, "cc", None))
         predictions.extend({**entry, "variant": variant} for entry in launches)
@@ -664,7 +664,7 @@ def measure_ncu(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAULT_TO
         try:
             parsed = parse_ncu_csv(out)
         except Exception as exc:
-            log(f"[profile_ncu] could not parse ncu's CSV ({_error_text(exc, 300)}): nothing recorded")
+            log(f"[profile_ncu] could not parse ncu's CSV ({error_text(exc, 300)}): nothing recorded")
             return None
     if returncode != 0 or parsed.empty:
         reason = _ncu_failure_reason(returncode, out, err, timeout_s) if returncode != 0 else \

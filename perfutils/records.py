@@ -116,6 +116,20 @@ class IncompatibleDataError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
+def error_text(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` on one line for an ``error`` column (multi-line compiler output joined with " | ").
+
+    Over ``limit`` characters it keeps the head and the tail: a compiler's message starts with where
+    the error is and ends with what it is, and the cause must survive the cut.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {' | '.join(lines)}" if lines else type(exc).__name__
+    if len(text) <= limit:
+        return text
+    head = max(limit // 3, 1)
+    return text[:head] + " ... " + text[len(text) - (limit - head - 5):]
+
+
 def utc_now() -> str:
     """The current UTC time as ISO 8601 with a ``Z`` suffix, to the second."""
     return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")

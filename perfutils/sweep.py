@@ -50,7 +50,7 @@ from typing import Any
 
 import pandas as pd
 
-from .records import CONFIG_COLUMNS, STATUSES, ResultStore, config_key, data_path
+from .records import CONFIG_COLUMNS, STATUSES, ResultStore, config_key, data_path, error_text
 
 __all__ = [
     "DTYPES",
@@ -425,13 +425,6 @@ def _print_now(line: str) -> None:
     print(line, flush=True)  # flushed: papermill and `tee` show progress as it happens
 
 
-def _error_text(exc: BaseException, limit: int = 2000) -> str:
-    """``Type: message`` on one line (multi-line compiler output joined with " | "), capped."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {' | '.join(lines)}" if lines else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _is_fatal_cuda_error(exc: BaseException) -> bool:
     if type(exc).__name__ == "AcceleratorError":
         return True
@@ -533,7 +526,7 @@ def run_sweep(
             log(f"interrupted during {point.key}; {index - 1} new rows are in {store.path}; run again to resume")
             raise
         except Exception as exc:  # compile error, out of resources, OOM...: a row, not a crash
-            fields = {"status": "error", "error": _error_text(exc)}
+            fields = {"status": "error", "error": error_text(exc)}
             if _is_fatal_cuda_error(exc):
                 fatal = exc
         if not isinstance(fields, Mapping) or fields.get("status") not in STATUSES:
@@ -552,7 +545,7 @@ def run_sweep(
         log(_progress_line(index, len(todo), point, row, time.perf_counter() - started))
         if fatal is not None:
             raise RuntimeError(
-                f"the CUDA context is unusable after {point.key} ({_error_text(fatal, 300)}); it is recorded as an "
+                f"the CUDA context is unusable after {point.key} ({error_text(fatal, 300)}); it is recorded as an "
                 f"error row. Run the sweep again in a new process to resume with the remaining configurations."
             ) from fatal
     return store.load()
@@ -727,7 +720,7 @@ class GpuMeasurer:
             try:
                 rows = self.reference(logits, target, loss=loss, target_format=target_format)
             except Exception as exc:
-                raise ValueError(f"the float64 reference fails for loss={loss!r}, target_format={target_format!r}: {_error_text(exc, 500)}") from exc
+                raise ValueError(f"the float64 reference fails for loss={loss!r}, target_format={target_format!r}: {error_text(exc, 500)}") from exc
             if not isinstance(rows, torch.Tensor) or tuple(rows.shape) != (3,):
                 shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
                 raise ValueError(
@@ -917,7 +910,7 @@ class GpuMeasurer:
 
                     entry.update(counts_from_compiled(compiled))
                 except Exception as exc:
-                    problems.append(f"{entry['name']} registers: {_error_text(exc, 200)}")
+                    problems.append(f"{entry['name']} registers: {error_text(exc, 200)}")
                 try:
                     from .occupancy import occupancy_of_compiled
 
@@ -925,7 +918,7 @@ class GpuMeasurer:
                     limiter = getattr(occ, "limiter", None) or "+".join(sorted(occ.limiters))
                     entry.update(occupancy=float(occ.occupancy), blocks_per_sm=int(occ.blocks_per_sm), limiter=limiter)
                 except Exception as exc:
-                    problems.append(f"{entry['name']} occupancy: {_error_text(exc, 200)}")
+                    problems.append(f"{entry['name']} occupancy: {error_text(exc, 200)}")
             passes.append(entry)
 
         def badness(entry: dict[str, Any]) -> tuple[float, float]:

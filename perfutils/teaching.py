@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .records import ResultStore, check_single_gpu, config_key, data_path, gpu_slug, load_records
+from .records import ResultStore, check_single_gpu, config_key, data_path, error_text, gpu_slug, load_records
 from .timing import BenchResult, rel_err
 
 __all__ = [
@@ -675,11 +675,6 @@ def _randn(shape, *, device: str, seed: int, dtype=torch.float32) -> torch.Tenso
     return torch.randn(shape, generator=generator, device=device, dtype=dtype)
 
 
-def _error_text(exc: BaseException, limit: int = 600) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
-    return text[:limit]
-
-
 def _is_fatal(exc: BaseException) -> bool:
     """CUDA errors after which the context is unusable: stop instead of recording garbage."""
     text = str(exc).lower()
@@ -729,7 +724,7 @@ class _Session:
         except Exception as exc:
             if _is_fatal(exc):
                 raise
-            result = {"status": "error", "error": _error_text(exc)}
+            result = {"status": "error", "error": error_text(exc, 600)}
             try:
                 self.backend.release()
             except Exception:
@@ -764,7 +759,7 @@ class _Session:
         except Exception as exc:
             if _is_fatal(exc):
                 raise
-            rows = [{**config, "status": "error", "error": _error_text(exc), "config_key": key}]
+            rows = [{**config, "status": "error", "error": error_text(exc, 600), "config_key": key}]
             try:
                 self.backend.release()
             except Exception:
@@ -817,7 +812,7 @@ def _timed_row(backend, run: Callable[[], Any], check: Callable[[Any], float], *
             row["n_kernels"] = backend.count_kernels(run)
         except Exception as exc:  # the profiler is a nicety here; never lose the timing for it
             row["n_kernels"] = None
-            row["stats_error"] = (str(row.get("stats_error") or "") + f" n_kernels: {_error_text(exc, 200)}").strip()
+            row["stats_error"] = (str(row.get("stats_error") or "") + f" n_kernels: {error_text(exc, 200)}").strip()
     return row
 
 
