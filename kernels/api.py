@@ -32,7 +32,9 @@ def prepare(
     """Check the arguments and build the launches of one call without running them.
 
     ``Plan.run()`` returns (loss, grad) and can be called again (benchmarks time it). Variant
-    options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``cooperative``.
+    options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``,
+    ``cooperative``, ``schedule`` and ``maxnreg``. ``auto`` and ``split_row`` called without block_size,
+    num_warps and options take their configuration from the GPU's tuning table (``kernels.auto``).
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got {variant!r}")
@@ -46,10 +48,11 @@ def prepare(
         loss_mask=loss_mask,
         check_labels=check_labels,
     )
-    if variant == "auto":
+    if variant in ("auto", "split_row"):
         from .auto import choose_config
 
-        choice = choose_config(problem, block_size=block_size, num_warps=num_warps, **variant_options)
+        choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
+                               **variant_options)
         variant, block_size, num_warps, variant_options = (
             choice.variant, choice.block_size, choice.num_warps, choice.options
         )

@@ -1,15 +1,18 @@
-"""Variant "auto": the fastest measured variant and configuration for a shape, from a committed tuning table.
+"""Variant "auto", and split_row's default configuration: the fastest measured choice from a committed table.
 
-The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils`` from H100 sweeps) holds, per
-(loss, target_format, dtype, vocab), the best (variant, block_size, num_warps). A shape that is not
-in the table takes the entry of the nearest recorded vocab of the same loss when the GPU matches,
-otherwise a heuristic: split_row with chunks of up to 8K columns and 8 warps.
+The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.tuning`` from H100 sweeps) holds,
+per (loss, target_format, dtype, vocab) and project variant, that variant's best (block_size,
+num_warps, options). ``auto`` runs the fastest variant's entry; ``split_row`` called without a
+configuration runs its own entry. A shape that is not in the table takes the entry of the nearest
+recorded vocab of the same loss when the GPU matches; otherwise auto falls back to a heuristic
+(split_row with its default chunks) and the other variants to their documented defaults.
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +33,7 @@ class Choice:
     source: str = "heuristic"
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
@@ -46,20 +49,33 @@ def load_tuning_table(gpu_name: str) -> tuple[dict, ...]:
         return tuple(csv.DictReader(handle))
 
 
-def choose_config(problem: Problem, *, block_size=None, num_warps=None, **options) -> Choice:
+def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int, variant: str | None = None) -> Choice | None:
+    """The table's entry for this shape (the nearest recorded vocab), fastest variant or ``variant``'s own."""
+    rows = [
+        row for row in rows
+        if row["loss"] == loss and row["target_format"] == target_format and row["dtype"] == dtype
+        and (variant is None or row["variant"] == variant)
+    ]
+    if not rows:
+        return None
+    nearest = min({int(row["vocab"]) for row in rows}, key=lambda vocab: abs(math.log2(vocab) - math.log2(n_cols)))
+    best = min((row for row in rows if int(row["vocab"]) == nearest), key=lambda row: float(row["ms_median"]))
+    # A tuned chunk wider than this row would only add masked lanes.
+    block = min(int(best["block_size"]), max(16, 1 << math.ceil(math.log2(n_cols))))
+    options = json.loads(best.get("options") or "{}")
+    return Choice(best["variant"], block, int(best["num_warps"]), options, source="tuning table")
+
+
+def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None, **options) -> Choice:
+    """What ``variant`` runs for this problem: the tuning table's entry on a GPU it knows, when the
+    caller gave no configuration (block size, warps or options); otherwise the caller's settings
+    (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
-        rows = [
-            row
-            for row in load_tuning_table(torch.cuda.get_device_name(device))
-            if row["loss"] == problem.loss
-            and row["target_format"] == problem.target_format
-            and row["dtype"] == _dtype_name(problem.logits.dtype)
-        ]
-        if rows:
-            best = min(rows, key=lambda row: abs(math.log2(int(row["vocab"])) - math.log2(problem.n_cols)))
-            block = int(best["block_size"])
-            # A tuned chunk wider than this row would only add masked lanes.
-            block = min(block, max(16, 1 << math.ceil(math.log2(problem.n_cols))))
-            return Choice(best["variant"], block, int(best["num_warps"]), {}, source="tuning table")
-    return Choice("split_row", block_size, num_warps, options)
+        choice = table_choice(
+            load_tuning_table(torch.cuda.get_device_name(device)), problem.loss, problem.target_format,
+            dtype_name(problem.logits.dtype), problem.n_cols, None if variant == "auto" else variant,
+        )
+        if choice is not None:
+            return choice
+    return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 @dataclass
 class Launch:
-    """One `fn[grid](**args, **constexprs, num_warps=..., num_stages=...)` call."""
+    """One `fn[grid](**args, **constexprs, num_warps=..., num_stages=..., [maxnreg=...])` call."""
 
     name: str  # e.g. "fused", "two_pass.stats", "two_pass.grad", "split_row.coop"
     fn: Any  # the @triton.jit function
@@ -22,10 +22,19 @@ class Launch:
     constexprs: dict[str, Any]  # tl.constexpr arguments, by parameter name
     num_warps: int
     num_stages: int = 1
+    maxnreg: int | None = None  # ptxas register cap per thread (None: the compiler's choice)
     compiled: Any = field(default=None, repr=False)  # CompiledKernel of the last GPU run (None under the interpreter)
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """Compile options of this launch (``maxnreg`` only when set: a launch without it compiles as before)."""
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            options["maxnreg"] = self.maxnreg
+        return options
+
     def __call__(self) -> Any:
-        result = self.fn[self.grid](**self.args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
+        result = self.fn[self.grid](**self.args, **self.constexprs, **self.options)
         if result is not None and hasattr(result, "metadata"):
             self.compiled = result
         return result

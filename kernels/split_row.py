@@ -18,7 +18,9 @@ weighted sum: see ``row_math``); the row's summaries combine into its loss and g
 
 A cooperative grid is never larger than what the GPU holds at once (``perfutils.occupancy`` on the
 exact compiled kernel): a program waiting for a chunk whose program was never scheduled would wait
-forever. Rows that fit in one chunk need no exchange and use the single-tile fused kernel.
+forever. Rows that fit in one chunk need no exchange and use the single-tile fused kernel; with
+``split=False`` every row gets one program that walks its chunks (the fused kernel's tile loop),
+which the H100 measured faster than splitting for cross-entropy from labels up to 64K columns.
 """
 
 import os
@@ -368,10 +370,7 @@ def max_resident_programs(launch: Launch) -> int:
     from perfutils.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
 
     with torch.cuda.device(device):
-        kernel = launch.fn.warmup(
-            **launch.args, **launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
-            num_stages=launch.num_stages,
-        )
+        kernel = launch.fn.warmup(**launch.args, **launch.constexprs, grid=launch.grid, **launch.options)
         props = torch.cuda.get_device_properties(device)
     occ = occupancy_of_compiled(kernel, (props.major, props.minor))
     return occ.blocks_per_sm * props.multi_processor_count
@@ -409,14 +408,23 @@ def plan_split_row(
     block_size: int | None = None,
     num_warps: int | None = None,
     *,
+    split: bool = True,
     cooperative: bool | None = None,
     schedule: str = "lagged",
+    maxnreg: int | None = None,
 ) -> Plan:
     """Plan the split-row variant.
 
+    split: True cuts each row into chunks of ``block_size`` spread over programs that exchange
+    summaries; False gives each row one program that walks its chunks twice (the fused kernel's tile
+    loop: the second walk finds the row in L2, as the same program read it a moment before), so
+    nothing is exchanged. Which one is faster depends on the loss and vocab: the tuning table says.
     cooperative: None picks the one-read cooperative kernel when it is safe (a GPU, not the
     interpreter, and a grid that fits on the device at once), else the two-launch form; True
     demands the cooperative kernel and raises if it cannot run safely; False forces two launches.
+    schedule: the cooperative kernel's, "lagged" (default) or "wait" (see the module docstring).
+    maxnreg: a per-thread register cap for the split kernels (ptxas spills above it). More programs
+    fit per SM, which the H100 sweep found slower at every cap tried (split_row_register_caps.csv).
     """
     default_block, default_warps = default_split_row_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
@@ -425,14 +433,21 @@ def plan_split_row(
         raise TypeError(f"cooperative must be None, True or False, got {cooperative!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if split not in (True, False):
+        raise TypeError(f"split must be True or False, got {split!r}")
+    if cooperative and not split:
+        raise ValueError("cooperative=True needs split=True: with split=False each row has one program and "
+                         "nothing to exchange")
+    if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool) or not 16 <= maxnreg <= 255):
+        raise ValueError(f"maxnreg must be None or an int in [16, 255] (registers per thread), got {maxnreg!r}")
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     loss_rows, grad = allocate_outputs(problem)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
 
-    if num_chunks == 1:  # the row fits in one program: nothing to exchange
+    if num_chunks == 1 or not split:  # one program per row: nothing to exchange
         launches = [fused_launch(problem, block_size, num_warps, loss_rows, grad)]
-        return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "single"},
-                    buffers=[loss_rows, grad])
+        return Plan("split_row", launches, finisher(problem, loss_rows, grad),
+                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[loss_rows, grad])
 
     device = problem.logits.device
     partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
@@ -472,6 +487,7 @@ def plan_split_row(
                 BLOCK_SIZE=block_size,
             ),
             num_warps=num_warps,
+            maxnreg=maxnreg,
         )
 
     want_cooperative = cooperative is not False and device.type == "cuda" and not interpreting()

@@ -894,7 +894,8 @@ def clear_cache() -> None:
 
 
 def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | None = None, num_warps: int = 4,
-                    num_stages: int = 1, target: Any = DEFAULT_TARGET, *, with_sass: bool = True) -> OfflineCompile:
+                    num_stages: int = 1, target: Any = DEFAULT_TARGET, *, with_sass: bool = True,
+                    maxnreg: int | None = None) -> OfflineCompile:
     """Compile ``fn`` for ``target`` (default H100, sm_90) without a GPU and read its resource usage.
 
     ``args`` are the run-time arguments by name (tensors on any device, ints, floats): only their dtypes,
@@ -908,26 +909,30 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
         raise ValueError(f"num_stages must be >= 1, got {num_stages}")
     if not isinstance(with_sass, bool):
         raise TypeError(f"with_sass must be a bool, got {type(with_sass).__name__}")
+    if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool) or not 16 <= maxnreg <= 255):
+        raise ValueError(f"maxnreg must be None or an int in [16, 255] (registers per thread), got {maxnreg!r}")
     gpu_target = _normalize_target(target)
     spec = specialize(fn, args, constexprs)
     raw = _raw_python_function(fn)
-    key = (raw, spec.key(), num_warps, num_stages, (gpu_target.backend, gpu_target.arch, gpu_target.warp_size))
+    key = (raw, spec.key(), num_warps, num_stages, maxnreg, (gpu_target.backend, gpu_target.arch, gpu_target.warp_size))
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
             if with_sass and hit.sass is None:  # first compiled without SASS: disassemble the stored cubin
                 hit.sass = _sass_from_cubin(hit.cubin, hit.name)
             return hit
-        result = _compile_uncached(_compilable(fn), spec, num_warps, num_stages, gpu_target, with_sass)
+        result = _compile_uncached(_compilable(fn), spec, num_warps, num_stages, gpu_target, with_sass, maxnreg)
         _cache[key] = result
         return result
 
 
 def _compile_uncached(jit_fn: Any, spec: Specialization, num_warps: int, num_stages: int, target: Any,
-                      with_sass: bool) -> OfflineCompile:
+                      with_sass: bool, maxnreg: int | None = None) -> OfflineCompile:
     import triton
 
     options: dict[str, Any] = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
     if getattr(jit_fn, "debug", None):
         options["debug"] = True  # a real launch passes the decorator's debug flag too
     log = io.StringIO()
@@ -1000,12 +1005,13 @@ def _compile_uncached(jit_fn: Any, spec: Specialization, num_warps: int, num_sta
 
 
 def compile_launch(launch: Any, target: Any = DEFAULT_TARGET, *, with_sass: bool = True) -> OfflineCompile:
-    """:func:`compile_offline` for a ``kernels.launch.Launch`` (its fn, args, constexprs, warps and stages)."""
+    """:func:`compile_offline` for a ``kernels.launch.Launch`` (its fn, args, constexprs, warps, stages, maxnreg)."""
     missing = [a for a in ("fn", "args", "constexprs", "num_warps") if not hasattr(launch, a)]
     if missing:
         raise TypeError(f"launch must be a kernels.launch.Launch (missing {missing}), got {type(launch).__name__}")
     return compile_offline(launch.fn, launch.args, launch.constexprs, launch.num_warps,
-                           getattr(launch, "num_stages", 1), target, with_sass=with_sass)
+                           getattr(launch, "num_stages", 1), target, with_sass=with_sass,
+                           maxnreg=getattr(launch, "maxnreg", None))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 A case is ``(variant, block_size, num_warps)``; a variant is one of the project's (``fused``,
 ``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.providers` (``eager``,
-``torch_compile``, ``liger``). Every case runs through the sweep harness, so its rows have the same
+``torch_compile``, ``liger``). ``TUNED`` as block size and warps runs the variant at its best recorded
+configuration for the shape (the GPU's ``tuning.csv``; nearest recorded vocab at 4096 tokens).
+``split_row`` and ``auto`` with no configuration take theirs from the same table. Every case runs through the sweep harness, so its rows have the same
 schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
 
     python -m perfutils.studies case_study --out data
@@ -32,12 +34,15 @@ CASE_STUDY_CASES = [
     ("auto", None, None),
 ]
 
+TUNED = "tuned"
+
+# Every project variant at its best recorded configuration (the peers at theirs: their defaults).
 BENCHMARK_CASES = [
     ("eager", None, None),
     ("torch_compile", None, None),
     ("liger", None, None),
-    ("fused", None, None),
-    ("two_pass", None, None),
+    ("fused", TUNED, TUNED),
+    ("two_pass", TUNED, TUNED),
     ("split_row", None, None),
     ("auto", None, None),
 ]
@@ -54,6 +59,26 @@ def case_label(variant: str, block_size: Any) -> str:
     if variant == "two_pass":
         return "two-pass (Option B)"
     return {"torch_compile": "torch.compile", "split_row": "split_row (ours)", "auto": "auto (ours)"}.get(variant, variant)
+
+
+def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: str, vocab: int,
+                 variant: str) -> tuple[int | None, int | None]:
+    """(block_size, num_warps) of ``variant``'s tuning-table entry for this shape; (None, None), its
+    defaults, when the GPU has no table or the table no entry."""
+    import csv
+
+    from kernels.auto import table_choice
+
+    from .records import data_path
+
+    path = data_path(out, gpu_name, "tuning")
+    if not path.exists():
+        return None, None
+    with open(path, newline="") as handle:
+        choice = table_choice(list(csv.DictReader(handle)), loss, target_format, dtype, vocab, variant)
+    if choice is None or choice.options:
+        return None, None
+    return choice.block_size, choice.num_warps
 
 
 def _known_with_providers() -> KnownNames:
@@ -86,6 +111,11 @@ def run_cases(
         for variant, block_size, num_warps in cases:
             if variant == "liger" and target_format != "labels":
                 continue
+            if TUNED in (block_size, num_warps):
+                import torch
+
+                block_size, num_warps = tuned_config(out, torch.cuda.get_device_name(), loss, target_format, dtype,
+                                                     vocab, variant)
             config = dict(
                 study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
                 tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,

@@ -28,7 +28,7 @@ def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
     best = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
     best = best[best["tokens"] == tokens]
     lines = [
-        f"| loss × vocab | torch.compile | fused (#497) | two_pass | split_row | auto | % of copy (auto) | floor | target |",
+        f"| loss × vocab | torch.compile | fused | two_pass | split_row | auto | % of copy (auto) | floor | target |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     copy = meta.get("copy_gbps")
@@ -43,7 +43,23 @@ def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
               f"torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}, copy bandwidth "
               f"{copy:.0f} GB/s, recorded {str(meta.get('timestamp_utc') or meta.get('time_utc') or '')[:10]} "
               f"(data/{gpu_dir.name}/benchmark.csv)")
-    return "\n".join(lines) + "\n\n" + source
+    return "\n".join(lines) + "\n\n" + source + "\n\n" + ratio_line(best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant")))
+
+
+def ratio_line(best) -> str:
+    """Worst ratios over every recorded shape (all token counts): ours against the others."""
+    table = best.pivot_table(index=["loss", "target_format", "tokens", "vocab"], columns="variant", values="ms_median")
+    others = table[[v for v in ("fused", "two_pass") if v in table]].min(axis=1)
+    ours = {v: table[v] for v in ("split_row", "auto") if v in table}
+    parts = [f"{len(table)} recorded shapes"]
+    for name, times in ours.items():
+        parts.append(f"{name} / best of fused, two_pass ≤ {(times / others).max():.3f}")
+        if "torch_compile" in table:
+            parts.append(f"{name} / torch.compile ≤ {(times / table['torch_compile']).max():.3f}")
+    if "auto" in ours:
+        best_ours = table[[v for v in ("fused", "two_pass", "split_row") if v in table]].min(axis=1)
+        parts.append(f"auto / best project variant ≤ {(table['auto'] / best_ours).max():.3f}")
+    return f"Worst ratios over {parts[0]}: " + "; ".join(parts[1:]) + "."
 
 
 def main(argv=None) -> int:

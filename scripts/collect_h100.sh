@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How the committed H100 data was produced: stages run on the GPU machine from the repo root, each
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
-#   scripts/collect_h100.sh ceilings|tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|occupancy|tuning-table|remeasure-split-row
+#   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|
+#                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"
@@ -23,6 +24,7 @@ print(df.to_string())
 PY
     ;;
   tuning) python3 -m perfutils sweep --config notebooks/params/split_row_tuning.yaml ;;
+  unsplit-tuning) python3 -m perfutils sweep --config notebooks/params/split_row_unsplit_tuning.yaml ;;
   case) python3 -m perfutils.studies case_study --out data ;;
   fused) python3 -m perfutils sweep --config notebooks/params/sweep_fused.yaml ;;
   two_pass) python3 -m perfutils sweep --config notebooks/params/sweep_two_pass.yaml ;;
@@ -42,21 +44,46 @@ PY
   gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
   occupancy) python3 -m perfutils.occupancy_check --out data ;;
   tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
-  remeasure-split-row)  # after a split_row kernel change: forget its rows (and auto's) in the benchmark and
-    # case study, which git keeps, and measure just those again; the sidecars record the new session.
+  forget-project)  # after a kernel or tuning-table change: forget the project variants' rows in the
+    # benchmark and case study (git keeps them); the stages case and benchmark then measure just those
+    # again and the sidecars record the new session.
     python3 - <<'PY'
 import pandas as pd
 import torch
 from perfutils import records
-for study in ("benchmark", "case_study"):
+for study, variants in (("benchmark", ["fused", "two_pass", "split_row", "auto"]), ("case_study", ["split_row", "auto"])):
     path = records.data_path("data", torch.cuda.get_device_name(), study)
     df = pd.read_csv(path)
-    keep = ~df["variant"].isin(["split_row", "auto"])
-    print(f"{path}: re-measuring {int((~keep).sum())} split_row/auto rows of {len(df)}")
+    keep = ~df["variant"].isin(variants)
+    print(f"{path}: re-measuring {int((~keep).sum())} {'/'.join(variants)} rows of {len(df)}")
     records.write_table(df[keep], path, records.load_metadata(path), overwrite=True)
 PY
-    python3 -m perfutils.studies case_study --out data
-    python3 -m perfutils.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
-    python3 -m perfutils.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
+    ;;
+  ncu-split-row)  # Nsight Compute sections (speed of light, warp stalls, occupancy, memory) of the kernel
+    # auto runs for four of the issue's shapes; text log in data/<gpu>/logs
+    log="data/h100-sxm-80gb/logs/ncu_split_row_$(date -u +%F).txt"
+    [ -e "$log" ] && { echo "$log exists: not overwriting" >&2; exit 1; }
+    { python3 -c "import torch, triton; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'triton', triton.__version__)"
+      ncu --version | tail -1
+      for shape in "cross_entropy labels 32768" "cross_entropy labels 131072" "reverse_kl logits 32768" "reverse_kl logits 131072"; do
+        echo "=== $shape (4096 tokens, bf16, variant auto)"
+        timeout 120 ncu --clock-control none -k 'regex:split_row|fused_loss' -c 1 \
+          --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
+          python3 - $shape <<'PY' 2>&1 | grep -vE "^==PROF==|^\s*$"
+import sys
+import torch
+import kernels
+torch.manual_seed(0)
+loss, fmt, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
+x = (torch.randn(4096, vocab, device="cuda") * 2).bfloat16()
+t = torch.randint(0, vocab, (4096,), device="cuda") if fmt == "labels" else (torch.randn(4096, vocab, device="cuda") * 2).bfloat16()
+plan = kernels.prepare(x, t, loss=loss, target_format=fmt)
+plan.run()
+torch.cuda.synchronize()
+print(plan.variant, plan.config)
+PY
+      done; } > "$log" 2>&1
+    echo "wrote $log" ;;
+  remeasure-project) for s in forget-project case benchmark tuning-table; do "$0" "$s"; done ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """GPU-only checks at realistic sizes (marked ``gpu``: skipped without CUDA or under TRITON_INTERPRET=1).
 
-* every loss x variant (fused, two_pass, split_row cooperative and multi-launch, auto) on 4096 x 32768
+* every loss x variant (fused, two_pass, split_row cooperative, multi-launch, unsplit, register-capped and
+  tuned, auto) on 4096 x 32768
   and 4096 x 131072 bf16, against float64 ``kernels.reference``: the loss against the float64 mean
   over all rows (computed in chunks of rows), the gradient on ~16 sampled rows (autograd of the
   reference's row losses, scaled by grad_output / n_valid). Every 7th row does not count (ignored
@@ -47,6 +48,9 @@ VARIANT_SPECS = [
     ("split_row-coop", "split_row", {"cooperative": True}),
     ("split_row-wait", "split_row", {"cooperative": True, "schedule": "wait"}),
     ("split_row-multi", "split_row", {"cooperative": False}),
+    ("split_row-unsplit", "split_row", {"split": False, "block_size": 16384, "num_warps": 16}),
+    ("split_row-capped", "split_row", {"cooperative": True, "maxnreg": 96}),
+    ("split_row-tuned", "split_row", {}),
     ("auto", "auto", {}),
 ]
 SHAPES = [(4096, 32768), (4096, 131072)]
@@ -257,12 +261,13 @@ OCCUPANCY_CONFIGS = [
     ("split_row", None, None, {"cooperative": True}),
     ("split_row", 4096, 4, {"cooperative": True}),
     ("split_row", 4096, 4, {"cooperative": True, "schedule": "wait"}),
+    ("split_row", 4096, 4, {"cooperative": True, "maxnreg": 96}),
     ("split_row", 16384, 16, {"cooperative": False}),
 ]
 
 
 OCCUPANCY_IDS = ["fused-default", "fused-bs4096-w4", "two_pass-mixed", "split_row-coop-default", "split_row-coop-bs4096-w4",
-                 "split_row-wait-bs4096-w4", "split_row-multi-bs16384-w16"]
+                 "split_row-wait-bs4096-w4", "split_row-capped96-bs4096-w4", "split_row-multi-bs16384-w16"]
 
 
 @pytest.mark.parametrize("config", OCCUPANCY_CONFIGS, ids=OCCUPANCY_IDS)

@@ -249,15 +249,25 @@ def test_two_pass_options(loss_index, stats_block, grad_block, stats_warps, grad
     oracle.check(logits, target, plan.run(), loss=loss, target_format=fmt)
 
 
+SPLIT_ROW_FORMS = {  # form -> (options, mode, launch names)
+    "multi_launch": ({"cooperative": False}, "multi_launch", ["split_row.stats", "split_row.grad"]),
+    "unsplit": ({"split": False}, "row", ["fused"]),  # one program per row walks its chunks, no exchange
+}
+
+
+@pytest.mark.parametrize("form", SPLIT_ROW_FORMS)
 @pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
-def test_split_row_multi_launch(loss_index, gen, oracle):
-    """split_row forced to its two-launch form (cooperative=False), several chunks per row."""
+def test_split_row_forms(loss_index, form, gen, oracle):
+    """split_row's two-launch form (cooperative=False) and unsplit form (split=False), 5 chunks per row."""
     loss, fmt = LOSS_FORMATS[loss_index]
+    options, mode, names = SPLIT_ROW_FORMS[form]
     logits, target = oracle.make_inputs(gen, (3, 300), torch.bfloat16, fmt)
     plan = kernels.prepare(logits, target, loss=loss, target_format=fmt, variant="split_row", block_size=64,
-                           num_warps=2, cooperative=False)
-    assert plan.config["mode"] == "multi_launch" and plan.config["num_chunks"] == 5
-    assert [launch.name for launch in plan.launches] == ["split_row.stats", "split_row.grad"]
+                           num_warps=2, **options)
+    assert plan.config["mode"] == mode and plan.config["num_chunks"] == 5
+    assert [launch.name for launch in plan.launches] == names
+    if form == "unsplit":
+        assert plan.launches[0].grid == (3,) and plan.reset is None  # nothing exchanged, nothing to re-arm
     oracle.check(logits, target, plan.run(), loss=loss, target_format=fmt)
     # A plan can be run again (benchmarks do) and gives the same result.
     again = plan.run()
@@ -275,6 +285,27 @@ def test_split_row_modes(gen, oracle):
         assert plan.config["mode"] == "multi_launch"
         auto = kernels.prepare(logits, labels, variant="auto", block_size=32)
         assert auto.variant == "split_row" and auto.config["mode"] == "multi_launch"
+
+
+def test_split_row_option_errors(gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
+    with pytest.raises(ValueError, match="cooperative=True needs split=True"):
+        kernels.prepare(logits, labels, variant="split_row", block_size=32, split=False, cooperative=True)
+    with pytest.raises(TypeError, match="split must be True or False"):
+        kernels.prepare(logits, labels, variant="split_row", block_size=32, split="no")
+    for bad in (8, 300, 96.0, True):
+        with pytest.raises(ValueError, match="maxnreg must be None or an int in \\[16, 255\\]"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, maxnreg=bad)
+
+
+def test_launch_options_carry_maxnreg_only_when_set(gen, oracle):
+    """A register cap reaches the compiler (and the occupancy query); without one a launch compiles as before."""
+    logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
+    plain = kernels.prepare(logits, labels, variant="split_row", block_size=32, cooperative=False).launches[0]
+    capped = kernels.prepare(logits, labels, variant="split_row", block_size=32, cooperative=False,
+                             maxnreg=64).launches[0]
+    assert plain.options == {"num_warps": plain.num_warps, "num_stages": 1}
+    assert capped.options == {"num_warps": capped.num_warps, "num_stages": 1, "maxnreg": 64}
 
 
 LAGGED_CASES = [  # (loss_index, poll_first, masked, grad_output)

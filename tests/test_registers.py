@@ -130,6 +130,18 @@ def test_compile_launch_uses_launch_fields(small):
     assert R.compile_launch(launch) is small
 
 
+def test_register_cap_reaches_ptxas(small_one_warp):
+    """maxnreg caps the registers (what Launch.maxnreg passes)."""
+    capped = compile_softmax(1024, 1, maxnreg=32)
+    assert small_one_warp.n_regs > 32 and capped.n_regs <= 32
+    assert capped.spills  # 32 fp32 values per thread do not fit in 32 registers
+    from kernels.launch import Launch
+
+    launch = Launch(name="softmax", fn=row_softmax_kernel, grid=(4,), args=softmax_args(),
+                    constexprs={"BLOCK_SIZE": 1024}, num_warps=1, maxnreg=32)
+    assert R.compile_launch(launch) is capped
+
+
 def test_int_equal_to_one_compiles_as_constant():
     args = softmax_args(n_cols=16)
     args["row_stride"] = 1  # Triton 3.6 turns an int argument equal to 1 into a compile-time constant
@@ -175,6 +187,9 @@ def test_compile_offline_rejects_bad_input():
         R.compile_offline(row_softmax_kernel, {**softmax_args(), "in_ptr": "text"}, {"BLOCK_SIZE": 16}, 4)
     with pytest.raises(TypeError, match="launch"):
         R.compile_launch(object())
+    for bad in (8, 256, "64"):
+        with pytest.raises(ValueError, match="maxnreg"):
+            R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, maxnreg=bad)
 
 
 # ---------------------------------------------------------------------------------------------------------------
