@@ -33,16 +33,16 @@ class Choice:
     source: str = "heuristic"
 
 
-def dtype_name(dtype: torch.dtype) -> str:
+def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
 @functools.lru_cache(maxsize=None)
-def load_tuning_table(gpu_name: str) -> tuple[dict, ...]:
-    """Rows of the tuning table recorded on this GPU (empty if none is committed)."""
+def load_tuning_table(gpu_name: str, data_dir: Path = DATA_DIR) -> tuple[dict, ...]:
+    """Rows of the tuning table recorded on this GPU under ``data_dir`` (empty if there is none)."""
     from perfutils.records import gpu_slug
 
-    path = DATA_DIR / gpu_slug(gpu_name) / "tuning.csv"
+    path = Path(data_dir) / gpu_slug(gpu_name) / "tuning.csv"
     if not path.exists():
         return ()
     with open(path, newline="") as handle:
@@ -74,7 +74,7 @@ def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, n
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
         choice = table_choice(
             load_tuning_table(torch.cuda.get_device_name(device)), problem.loss, problem.target_format,
-            dtype_name(problem.logits.dtype), problem.n_cols, None if variant == "auto" else variant,
+            _dtype_name(problem.logits.dtype), problem.n_cols, None if variant == "auto" else variant,
         )
         if choice is not None:
             return choice

@@ -107,6 +107,13 @@ def check_num_warps(value, name: str = "num_warps") -> int:
     return value
 
 
+def check_maxnreg(value) -> int | None:
+    """A per-thread register cap for ptxas (None: no cap); sm_90 threads have at most 255 registers."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 16 <= value <= 255):
+        raise ValueError(f"maxnreg must be None or an int in [16, 255] (registers per thread), got {value!r}")
+    return value
+
+
 def _check_choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")

@@ -31,7 +31,8 @@ import triton.language as tl
 
 from .fused import fused_launch
 from .launch import Launch, Plan
-from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
+from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
+                      next_power_of_2)
 from .row_math import (
     CE_LABELS,
     base2,
@@ -438,8 +439,7 @@ def plan_split_row(
     if cooperative and not split:
         raise ValueError("cooperative=True needs split=True: with split=False each row has one program and "
                          "nothing to exchange")
-    if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool) or not 16 <= maxnreg <= 255):
-        raise ValueError(f"maxnreg must be None or an int in [16, 255] (registers per thread), got {maxnreg!r}")
+    maxnreg = check_maxnreg(maxnreg)
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     loss_rows, grad = allocate_outputs(problem)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}

@@ -65,17 +65,11 @@ def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: 
                  variant: str) -> tuple[int | None, int | None]:
     """(block_size, num_warps) of ``variant``'s tuning-table entry for this shape; (None, None), its
     defaults, when the GPU has no table or the table no entry."""
-    import csv
+    from pathlib import Path
 
-    from kernels.auto import table_choice
+    from kernels.auto import load_tuning_table, table_choice
 
-    from .records import data_path
-
-    path = data_path(out, gpu_name, "tuning")
-    if not path.exists():
-        return None, None
-    with open(path, newline="") as handle:
-        choice = table_choice(list(csv.DictReader(handle)), loss, target_format, dtype, vocab, variant)
+    choice = table_choice(load_tuning_table(gpu_name, Path(out)), loss, target_format, dtype, vocab, variant)
     if choice is None or choice.options:
         return None, None
     return choice.block_size, choice.num_warps

@@ -25,8 +25,8 @@ TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
 def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
     df = load_records(gpu_dir / "benchmark.csv")
     meta = load_metadata(gpu_dir / "benchmark.csv")
-    best = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
-    best = best[best["tokens"] == tokens]
+    every_shape = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
+    best = every_shape[every_shape["tokens"] == tokens]
     lines = [
         f"| loss × vocab | torch.compile | fused | two_pass | split_row | auto | % of copy (auto) | floor | target |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -43,7 +43,7 @@ def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
               f"torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}, copy bandwidth "
               f"{copy:.0f} GB/s, recorded {str(meta.get('timestamp_utc') or meta.get('time_utc') or '')[:10]} "
               f"(data/{gpu_dir.name}/benchmark.csv)")
-    return "\n".join(lines) + "\n\n" + source + "\n\n" + ratio_line(best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant")))
+    return "\n".join(lines) + "\n\n" + source + "\n\n" + ratio_line(every_shape)
 
 
 def ratio_line(best) -> str:

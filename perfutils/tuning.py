@@ -26,12 +26,16 @@ VARIANTS = ["fused", "two_pass", "split_row"]
 TOKENS = 4096  # the table describes this row count (the benchmark also holds 1024 and 16384)
 
 
-def build_tuning_table(gpu_dir: str | Path, studies=STUDIES) -> pd.DataFrame:
-    gpu_dir = Path(gpu_dir)
-    frames = [load_records(gpu_dir / f"{study}.csv") for study in studies if (gpu_dir / f"{study}.csv").exists()]
-    if not frames:
+def recorded_studies(gpu_dir: Path, studies=STUDIES) -> list[Path]:
+    """The data files of ``studies`` present in ``gpu_dir`` (a GPU need not have every study)."""
+    paths = [gpu_dir / f"{study}.csv" for study in studies if (gpu_dir / f"{study}.csv").exists()]
+    if not paths:
         raise FileNotFoundError(f"none of the studies {list(studies)} is recorded in {gpu_dir}")
-    rows = pd.concat(frames, ignore_index=True)
+    return paths
+
+
+def build_tuning_table(gpu_dir: str | Path, studies=STUDIES) -> pd.DataFrame:
+    rows = pd.concat([load_records(path) for path in recorded_studies(Path(gpu_dir), studies)], ignore_index=True)
     rows = rows[(rows["status"] == "ok") & (rows["tokens"] == TOKENS) & rows["variant"].isin(VARIANTS)]
     if rows.empty:
         raise ValueError(f"no ok rows of {VARIANTS} at {TOKENS} tokens in {gpu_dir}")
@@ -60,7 +64,8 @@ def _resolved_config(rows: pd.DataFrame) -> dict:
 def write_tuning_table(gpu_dir: str | Path, studies=STUDIES, *, overwrite: bool = False) -> Path:
     gpu_dir = Path(gpu_dir)
     table = build_tuning_table(gpu_dir, studies)
-    meta = {"derived_from": [f"{s}.csv" for s in studies if (gpu_dir / f"{s}.csv").exists()], "sources": {s: load_metadata(gpu_dir / f"{s}.csv") for s in studies if (gpu_dir / f"{s}.csv").exists()},
+    paths = recorded_studies(gpu_dir, studies)
+    meta = {"derived_from": [path.name for path in paths], "sources": {path.stem: load_metadata(path) for path in paths},
             "gpu_name": table["gpu_name"].iloc[0], "rule": "fastest ok row per (loss, target_format, dtype, vocab, variant); fastest: auto's pick"}
     return write_table(table, gpu_dir / "tuning.csv", meta, overwrite=overwrite)
 
