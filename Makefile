@@ -5,6 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# Extra pytest arguments, e.g. PYTEST_ARGS="--random-order-bucket=global" (pytest-random-order) or "-k NAME".
+PYTEST_ARGS ?=
 
 .PHONY: report test test-python test-notebooks env clean
 
@@ -24,10 +26,10 @@ report: $(STAMP)
 test: test-python test-notebooks
 
 test-python: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-notebooks: $(STAMP)
-	$(PY) -m pytest --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
+	$(PY) -m pytest --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks $(PYTEST_ARGS)
 
 clean:
 	rm -rf reports

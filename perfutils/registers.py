@@ -29,12 +29,11 @@ cubin's ``.nv.info`` ELF section is parsed directly (:func:`parse_cubin_resource
 from ptxas's ``-v`` log: captured from Triton's own ptxas run, or by re-running the same ptxas on the PTX when
 the kernel came from Triton's on-disk cache. SASS comes from ``nvdisasm -c`` (else ``cuobjdump -sass``).
 
-TRITON_INTERPRET=1: ``@triton.jit`` then returns ``InterpretedFunction`` objects (also for ``tl.max``,
-``tl.sum`` and the tensor methods in ``triton.language``), which the compiler cannot take. ``compile_offline``
-builds equivalent ``JITFunction``s from the underlying Python functions (user helpers reached through
-globals, closures or imported modules get rebuilt copies; the library's are swapped in place for the
-duration of the compile) and switches the interpreter knob off while compiling. The PTX and cubin are
-byte-identical to a compile without the interpreter. Compiles are serialized by a lock.
+Where the compile runs: in a separate process (:mod:`perfutils.compile_worker`) that imports the kernel's module
+with the interpreter off. Running kernels under ``TRITON_INTERPRET=1`` patches ``triton.language``, and Triton
+3.6 leaves part of it patched after a device-function call, which broke later in-process compiles (only when the
+kernel was not already in Triton's on-disk cache). The worker never ran the interpreter, so a compile sees plain
+``JITFunction`` objects and the PTX and cubin are those of a GPU machine's compile. Compiles are serialized.
 """
 
 from __future__ import annotations
@@ -258,7 +257,7 @@ def _sm_arch(arch: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Getting a compilable JITFunction, also under TRITON_INTERPRET=1
+# The kernel behind a JITFunction (or an InterpretedFunction under TRITON_INTERPRET=1)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -287,215 +286,32 @@ def _raw_python_function(fn: Any) -> types.FunctionType:
     )
 
 
-_jit_lock = threading.RLock()
-_jit_conversions: dict[int, Any] = {}  # id(raw python function) -> (raw function, JITFunction)
+_signature_views: dict[int, tuple[Any, Any]] = {}  # id(fn) -> (fn, JITFunction used only for its parameters)
 
 
-def _to_jit(obj: Any, memo: dict[int, Any]) -> Any:
-    """Return ``obj`` with every InterpretedFunction (itself, or reachable through globals, closures and
-    non-Triton modules) replaced by an equivalent JITFunction; other objects are returned unchanged."""
-    if _is_interpreted(obj):
-        return _jit_from_interpreted(obj, memo)
-    if _is_jit_function(obj):
-        # A JITFunction may still call InterpretedFunction helpers (decorated before/after the env var changed).
-        raw = obj.fn
-        rebuilt = _rebuild_function(raw, memo)
-        if rebuilt is raw:
-            return obj
-        return _make_jit(rebuilt, _jit_kwargs_of(obj), raw, memo)
-    if isinstance(obj, types.ModuleType) and not obj.__name__.startswith("triton"):
-        return _module_proxy(obj, memo)
-    return obj
+def _parameters_of(fn: Any) -> Any:
+    """A JITFunction for ``fn``'s parameter list (constexpr flags, do_not_specialize, annotations).
 
-
-def _jit_kwargs_of(jit_fn: Any) -> dict[str, Any]:
-    kwargs = {}
-    for name in ("version", "do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline",
-                 "launch_metadata"):
-        if hasattr(jit_fn, name):
-            kwargs[name] = getattr(jit_fn, name)
-    if getattr(jit_fn, "_repr", None) is not None:
-        kwargs["repr"] = jit_fn._repr
-    return kwargs
-
-
-def _jit_from_interpreted(interpreted: Any, memo: dict[int, Any]) -> Any:
-    raw = interpreted.fn
-    rebuilt = _rebuild_function(raw, memo)
-    return _make_jit(rebuilt, dict(getattr(interpreted, "kwargs", {}) or {}), raw, memo)
-
-
-def _make_jit(python_fn: types.FunctionType, kwargs: dict[str, Any], original: Any, memo: dict[int, Any]) -> Any:
+    Under the interpreter ``fn`` is an InterpretedFunction: a JITFunction is built around the same Python
+    function only to read its signature; nothing is compiled in this process (see :mod:`compile_worker`)."""
+    if _is_jit_function(fn):
+        return fn
+    raw = _raw_python_function(fn)
+    cached = _signature_views.get(id(fn))
+    if cached is not None and cached[0] is fn:
+        return cached[1]
     from triton.runtime.jit import JITFunction
 
-    key = id(original)
-    if key in memo and not isinstance(memo[key], _InProgress):
-        return memo[key]
     accepted = inspect.signature(JITFunction.__init__).parameters
-    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    jit_fn = JITFunction(python_fn, **kwargs)
-    memo[key] = jit_fn
-    return jit_fn
-
-
-class _InProgress:
-    """Marks a function being rebuilt, so recursive kernels do not recurse forever."""
-
-
-def _rebuild_function(raw: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
-    """Copy of ``raw`` whose globals/closure hold JITFunctions instead of InterpretedFunctions.
-
-    Returns ``raw`` itself when nothing needed replacing (the common case without the interpreter)."""
-    key = ("fn", id(raw))
-    if key in memo:
-        cached = memo[key]
-        return raw if isinstance(cached, _InProgress) else cached
-    memo[key] = _InProgress()
-    # Only names the code actually refers to matter; converting the whole module namespace would be wasteful.
-    referenced = set(_referenced_names(raw.__code__))
-    new_globals = None
-    for name in referenced:
-        if name in raw.__globals__:
-            value = raw.__globals__[name]
-            converted = _to_jit(value, memo)
-            if converted is not value:
-                if new_globals is None:
-                    new_globals = dict(raw.__globals__)
-                new_globals[name] = converted
-    new_closure = raw.__closure__
-    if raw.__closure__:
-        cells = []
-        changed = False
-        for cell in raw.__closure__:
-            try:
-                value = cell.cell_contents
-            except ValueError:  # empty cell
-                cells.append(cell)
-                continue
-            converted = _to_jit(value, memo)
-            changed |= converted is not value
-            cells.append(types.CellType(converted) if converted is not value else cell)
-        if changed:
-            new_closure = tuple(cells)
-    if new_globals is None and new_closure is raw.__closure__:
-        memo[key] = raw
-        return raw
-    rebuilt = types.FunctionType(raw.__code__, new_globals if new_globals is not None else raw.__globals__,
-                                 raw.__name__, raw.__defaults__, new_closure)
-    # Triton reads the signature (annotations carry tl.constexpr), the qualified name and the source lines.
-    rebuilt.__kwdefaults__ = raw.__kwdefaults__
-    rebuilt.__annotations__ = dict(raw.__annotations__)
-    rebuilt.__qualname__ = raw.__qualname__
-    rebuilt.__module__ = raw.__module__
-    rebuilt.__doc__ = raw.__doc__
-    memo[key] = rebuilt
-    return rebuilt
-
-
-def _referenced_names(code: types.CodeType):
-    yield from code.co_names
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):  # nested functions / lambdas (e.g. combine functions)
-            yield from _referenced_names(const)
-
-
-def _module_proxy(module: types.ModuleType, memo: dict[int, Any]) -> types.ModuleType:
-    """A stand-in module whose InterpretedFunction attributes are JITFunctions (for ``helpers.fn(...)`` calls)."""
-    key = ("module", id(module))
-    if key in memo:
-        cached = memo[key]
-        return module if isinstance(cached, _InProgress) else cached
-    memo[key] = _InProgress()
-    replaced = {}
-    for name, value in list(vars(module).items()):
-        if _is_interpreted(value):
-            replaced[name] = _to_jit(value, memo)
-    if not replaced:
-        memo[key] = module
-        return module
-    proxy = types.ModuleType(module.__name__, module.__doc__)
-    proxy.__dict__.update(vars(module))
-    proxy.__dict__.update(replaced)
-    memo[key] = proxy
-    return proxy
-
-
-def _compilable(fn: Any) -> Any:
-    """A JITFunction Triton's compiler accepts for ``fn``, whatever TRITON_INTERPRET was at decoration time."""
-    raw = _raw_python_function(fn)  # also validates the type of fn
-    with _jit_lock:
-        cached = _jit_conversions.get(id(fn))
-        if cached is not None and cached[0] is fn:
-            return cached[1]
-        jit_fn = _to_jit(fn, {})
-        if not _is_jit_function(jit_fn):  # pragma: no cover - defensive
-            raise TypeError(f"could not turn fn={raw.__qualname__} into a triton JITFunction")
-        _jit_conversions[id(fn)] = (fn, jit_fn)
-        return jit_fn
-
-
-_library_jit_cache: dict[int, tuple[Any, Any]] = {}  # id(InterpretedFunction) -> (it, its JITFunction)
-
-
-def _library_jit(interpreted: Any) -> Any:
-    """JITFunction for a Triton-library InterpretedFunction (tl.max, tl.sum, ...), built once per process.
-
-    Its globals are the library module's own dict, which :func:`_patched_triton_library` patches in place, so
-    the function itself needs no rebuilding."""
-    entry = _library_jit_cache.get(id(interpreted))
-    if entry is None or entry[0] is not interpreted:
-        from triton.runtime.jit import JITFunction
-
-        accepted = inspect.signature(JITFunction.__init__).parameters
-        kwargs = {k: v for k, v in (getattr(interpreted, "kwargs", {}) or {}).items() if k in accepted}
-        entry = (interpreted, JITFunction(interpreted.fn, **kwargs))
-        _library_jit_cache[id(interpreted)] = entry
-    return entry[1]
-
-
-def _member_wrapper_target(value: Any) -> Any:
-    """The InterpretedFunction behind a ``tl.tensor`` method wrapper (``x.sum()``), else None.
-
-    ``_tensor_member_fn`` stores a JITFunction itself as the method, but under the interpreter it stores a
-    plain forwarding ``wrapper`` closing over the InterpretedFunction, which the compiler cannot call."""
-    if isinstance(value, types.FunctionType) and value.__closure__:
-        for cell in value.__closure__:
-            with contextlib.suppress(ValueError):
-                if _is_interpreted(cell.cell_contents):
-                    return cell.cell_contents
-    return None
-
-
-@contextlib.contextmanager
-def _patched_triton_library():
-    """Under TRITON_INTERPRET=1, triton.language's own @jit functions (tl.max, tl.sum, tl.softmax, the
-    tensor methods) were created as InterpretedFunctions at import; swap in JITFunctions while compiling."""
-    import sys
-
-    patches: dict[tuple[int, str], tuple[Any, str, Any, Any]] = {}
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "triton.language" or module_name.startswith("triton.language.")):
-            continue
-        for name, value in list(vars(module).items()):
-            if _is_interpreted(value):
-                patches[(id(module), name)] = (module, name, value, _library_jit(value))
-            elif isinstance(value, type) and getattr(value, "__module__", "").startswith("triton.language"):
-                for attr, member in list(vars(value).items()):
-                    target = member if _is_interpreted(member) else _member_wrapper_target(member)
-                    if target is not None:
-                        patches[(id(value), attr)] = (value, attr, member, _library_jit(target))
-    try:
-        for owner, name, _, replacement in patches.values():
-            setattr(owner, name, replacement)
-        yield
-    finally:
-        for owner, name, original, _ in patches.values():
-            setattr(owner, name, original)
+    kwargs = {k: v for k, v in (getattr(fn, "kwargs", {}) or {}).items() if k in accepted}
+    view = JITFunction(raw, **kwargs)
+    _signature_views[id(fn)] = (fn, view)
+    return view
 
 
 @contextlib.contextmanager
 def _compiler_mode(capture_ptxas_log: bool):
-    """Temporarily switch the interpreter off (the compiler checks it) and ask Triton to print the ptxas log."""
+    """Make sure the interpreter is off (the compiler checks it) and ask Triton to print the ptxas log."""
     try:
         from triton import knobs
     except ImportError:
@@ -504,15 +320,14 @@ def _compiler_mode(capture_ptxas_log: bool):
         previous = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "0"
         try:
-            with _patched_triton_library():
-                yield
+            yield
         finally:
             if previous is None:
                 os.environ.pop("TRITON_INTERPRET", None)
             else:
                 os.environ["TRITON_INTERPRET"] = previous
         return
-    with knobs.runtime.scope(), knobs.nvidia.scope(), _patched_triton_library():
+    with knobs.runtime.scope(), knobs.nvidia.scope():
         knobs.runtime.interpret = False
         if capture_ptxas_log and "dump_ptxas_log" in vars(type(knobs.nvidia)):
             knobs.nvidia.dump_ptxas_log = True  # Triton then prints ptxas -v output, which we capture
@@ -607,7 +422,7 @@ def specialize(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | None 
         constexprs = {}
     if not isinstance(constexprs, dict):
         raise TypeError(f"constexprs must be a dict of tl.constexpr arguments by name, got {type(constexprs).__name__}")
-    jit_fn = _compilable(fn)
+    jit_fn = _parameters_of(fn)
     both = set(args) & set(constexprs)
     if both:
         raise ValueError(f"args and constexprs both give {sorted(both)}")
@@ -900,8 +715,13 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
 
     ``args`` are the run-time arguments by name (tensors on any device, ints, floats): only their dtypes,
     magnitudes and 16-byte alignment matter, exactly as for a real launch. ``constexprs`` are the
-    ``tl.constexpr`` arguments. Works with ``TRITON_INTERPRET`` set or not. Results are cached in-process.
+    ``tl.constexpr`` arguments. The compile runs in a separate process (:mod:`perfutils.compile_worker`)
+    that imports ``fn``'s module afresh with the interpreter off, so it works whatever this process did
+    before (kernels run under ``TRITON_INTERPRET=1`` included). ``fn`` must be defined at module level in
+    an importable module or file. Results are cached in-process.
     """
+    from .compile_worker import WORKER, KernelLocator
+
     _check_num_warps(num_warps)
     if not isinstance(num_stages, int) or isinstance(num_stages, bool):
         raise TypeError(f"num_stages must be an int, got {type(num_stages).__name__}")
@@ -914,26 +734,40 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
     gpu_target = _normalize_target(target)
     spec = specialize(fn, args, constexprs)
     raw = _raw_python_function(fn)
-    key = (raw, spec.key(), num_warps, num_stages, maxnreg, (gpu_target.backend, gpu_target.arch, gpu_target.warp_size))
+    target_key = (gpu_target.backend, gpu_target.arch, gpu_target.warp_size)
+    key = (raw, spec.key(), num_warps, num_stages, maxnreg, target_key)
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
             if with_sass and hit.sass is None:  # first compiled without SASS: disassemble the stored cubin
                 hit.sass = _sass_from_cubin(hit.cubin, hit.name)
             return hit
-        result = _compile_uncached(_compilable(fn), spec, num_warps, num_stages, gpu_target, with_sass, maxnreg)
+        options = dict(num_warps=num_warps, num_stages=num_stages, target=target_key, with_sass=with_sass,
+                       maxnreg=maxnreg, debug=bool(getattr(fn, "debug", None)))
+        result = WORKER.compile(KernelLocator.of(raw), spec, options)
         _cache[key] = result
         return result
 
 
+def compile_in_this_process(jit_fn: Any, spec: Specialization, *, num_warps: int, num_stages: int, target: Any,
+                            with_sass: bool, maxnreg: int | None, debug: bool = False) -> OfflineCompile:
+    """The compile itself, for the worker process (where the interpreter never ran)."""
+    if not _is_jit_function(jit_fn):
+        raise RuntimeError(f"{getattr(jit_fn, '__name__', jit_fn)!r} is a {type(jit_fn).__name__}, not a Triton "
+                           "JITFunction, in the compile worker (its module may force TRITON_INTERPRET=1 on a Triton "
+                           "without knobs)")
+    return _compile_uncached(jit_fn, spec, num_warps, num_stages, _normalize_target(target), with_sass, maxnreg,
+                             debug)
+
+
 def _compile_uncached(jit_fn: Any, spec: Specialization, num_warps: int, num_stages: int, target: Any,
-                      with_sass: bool, maxnreg: int | None = None) -> OfflineCompile:
+                      with_sass: bool, maxnreg: int | None = None, debug: bool = False) -> OfflineCompile:
     import triton
 
     options: dict[str, Any] = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
-    if getattr(jit_fn, "debug", None):
+    if debug or getattr(jit_fn, "debug", None):
         options["debug"] = True  # a real launch passes the decorator's debug flag too
     log = io.StringIO()
     with _compiler_mode(capture_ptxas_log=True):

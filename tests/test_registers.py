@@ -1,8 +1,9 @@
 """Offline sm_90 compiles (no GPU), Triton's argument specialization, and the analytic register estimate.
 
 The kernel under test is a one-pass row softmax defined here. It calls a @triton.jit helper, tl.max (inside
-the helper) and the tensor method ``.sum``, so under TRITON_INTERPRET=1 the InterpretedFunction -> JITFunction
-conversion is exercised on user helpers, library functions and tensor methods. Runs with and without
+the helper) and the tensor method ``.sum``. Compiles run in perfutils' compile worker, a separate process that
+imports this module afresh; under TRITON_INTERPRET=1 the same kernel also runs here on CPU tensors, which is how
+the offline compile once broke (the interpreter left ``triton.language.core`` patched). Runs with and without
 TRITON_INTERPRET=1; the few compiles (~1-5 s each) are shared through module fixtures and the in-process cache.
 """
 
@@ -166,6 +167,27 @@ def test_interpreter_setting_restored_and_still_runs(small):
         row_softmax_kernel[(3,)](**args, BLOCK_SIZE=128)
         expected = torch.softmax(args["in_ptr"].float(), dim=-1)
         torch.testing.assert_close(args["out_ptr"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_offline_compile_after_the_interpreter_ran_a_kernel(tmp_path, monkeypatch):
+    """The fresh-machine failure: a kernel run under the interpreter (its helper calls tl.max, whose device-function
+    call leaves triton.language.core patched in Triton 3.6), then a compile that is in no Triton cache."""
+    import triton.language.core as core
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter is off here (a GPU machine): nothing to leave patched")
+    original_program_id = core.program_id
+    args = softmax_args(n_cols=100, rows=3)
+    row_softmax_kernel[(3,)](**args, BLOCK_SIZE=128)
+    torch.testing.assert_close(args["out_ptr"], torch.softmax(args["in_ptr"].float(), dim=-1), rtol=1e-5, atol=1e-6)
+    interpreter_left_patches = core.program_id is not original_program_id  # Triton 3.6 does; a fixed Triton may not
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty-cache"))  # read by the worker for this job
+    R.clear_cache()
+    result = compile_softmax(256, 2)
+    assert 0 < result.n_regs <= 255 and result.num_warps == 2
+    assert any((tmp_path / "empty-cache").rglob("*.cubin")), "the compile did not run (it came from another cache)"
+    if interpreter_left_patches:
+        assert core.program_id is not original_program_id  # the worker compiled; this process was left as it was
 
 
 def test_compile_offline_rejects_bad_input():
