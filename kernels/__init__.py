@@ -2,10 +2,13 @@
 
     loss, grad = kernels.entropy_loss_forward_backward(logits, target, loss=..., target_format=..., variant=...)
     loss = kernels.entropy_loss(logits, target, ...)           # torch.autograd
+    plan = kernels.prepare(logits, target, ...)                # kernel-only: plan.run() -> (loss, grad)
     kernels.reference.entropy_loss(logits, target, ...)        # float64 reference
 
-Variants: "fused" (one program per row, #497 design), "two_pass" (stats then gradient, Option B),
-"split_row" (each row read once, split over co-resident programs) and "auto" (from the tuning table).
+The first two call the PyTorch operators ``torch.ops.fused_loss.*`` (:mod:`kernels.ops`): no host sync, traceable
+by torch.compile, capturable in CUDA graphs. Variants: "fused" (one program per row, #497 design), "two_pass"
+(stats then gradient, Option B), "split_row" (each row read once, split over co-resident programs) and "auto"
+(from the tuning table).
 """
 
 from . import reference

@@ -1,12 +1,24 @@
-"""Public entry points: pick a variant, check the arguments, run, return (loss, grad)."""
+"""Public entry points: the loss with its gradient, the autograd loss, and kernel-only plans.
+
+    loss, grad = entropy_loss_forward_backward(logits, target, loss=..., target_format=...)   # one fused call
+    loss = entropy_loss(logits, target, ...); loss.backward()                                  # torch.autograd
+    plan = prepare(logits, target, ...); plan.run()                                            # kernel-only timing
+
+The first two go through the PyTorch operators of :mod:`kernels.ops` (``torch.ops.fused_loss.*``), so they
+trace into ``torch.compile`` graphs with no graph break and replay inside CUDA graphs. Nothing in a default call
+synchronizes with the device: the rows that enter the mean are counted, and labels range-checked, on the device
+(:mod:`kernels.prologue`); ``validate=True`` checks labels on the host first (one sync, a ValueError).
+"""
 
 from __future__ import annotations
+
+import json
 
 import torch
 
 from .fused import plan_fused
 from .launch import Plan
-from .problem import build_problem
+from .problem import build_problem, check_block_size, check_num_warps
 from .split_row import plan_split_row
 from .two_pass import plan_two_pass
 
@@ -26,28 +38,29 @@ def prepare(
     grad_output=1.0,
     ignore_index: int = -100,
     loss_mask: torch.Tensor | None = None,
-    check_labels: bool = True,
+    validate: bool = False,
     **variant_options,
 ) -> Plan:
     """Check the arguments and build the launches of one call without running them.
 
-    ``Plan.run()`` returns (loss, grad) and can be called again (benchmarks time it). Variant
-    options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``,
-    ``cooperative``, ``schedule`` and ``maxnreg``. ``auto`` and ``split_row`` called without block_size,
-    num_warps and options take their configuration from the GPU's tuning table (``kernels.auto``).
+    ``Plan.run()`` returns (loss, grad) and can be called again: timing it measures the kernels alone (a
+    kernel-only number; users call :func:`entropy_loss_forward_backward` or :func:`entropy_loss`). Variant
+    options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``, ``cooperative``,
+    ``schedule`` and ``maxnreg``. ``auto`` and ``split_row`` called without block_size, num_warps and options
+    take their configuration from the GPU's tuning table (``kernels.auto``).
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got {variant!r}")
-    problem = build_problem(
-        logits,
-        target,
-        loss=loss,
-        target_format=target_format,
-        grad_output=grad_output,
-        ignore_index=ignore_index,
-        loss_mask=loss_mask,
-        check_labels=check_labels,
-    )
+    if not isinstance(validate, bool):
+        raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
+    problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_output,
+                            ignore_index=ignore_index, loss_mask=loss_mask)
+    if validate:
+        problem.check_labels_on_host()
+    return plan_problem(problem, variant, block_size, num_warps, variant_options)
+
+
+def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
     if variant in ("auto", "split_row"):
         from .auto import choose_config
 
@@ -63,40 +76,147 @@ def prepare(
         if "unexpected keyword" in str(error):
             raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
         raise
-    if problem.n_rows == 0:  # empty batch: nothing to launch
+    if problem.n_rows == 0:  # empty batch: the prologue alone writes the loss (0)
         plan.launches = []
         plan.reset = None
     return plan
 
 
-def entropy_loss_forward_backward(logits, target, **options):
+_CHECKED_OPTIONS: dict[tuple, str] = {}
+
+
+def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
+                   variant_options) -> str:
+    """What the operators' schema needs to hold before the call (their kernels check the rest): tensors where
+    tensors go, plain ints and bools; variant options travel as a JSON string (sorted keys). Options seen before
+    are looked up, not checked again (host time per call)."""
+    for name, value in (("logits", logits), ("target", target)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if loss_mask is not None and not isinstance(loss_mask, torch.Tensor):
+        raise TypeError(f"loss_mask must be a bool torch.Tensor or None, got {type(loss_mask).__name__}")
+    key = (variant, block_size, num_warps, ignore_index, validate, *variant_options.items())
+    try:
+        return _CHECKED_OPTIONS[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable option value, checked below
+        pass
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got {variant!r}")
+    if block_size is not None:
+        check_block_size(block_size)
+    if num_warps is not None:
+        check_num_warps(num_warps)
+    if not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
+        raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not isinstance(validate, bool):
+        raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
+    try:
+        text = json.dumps(variant_options, sort_keys=True) if variant_options else ""
+    except TypeError:
+        raise TypeError(f"variant options must be JSON values (bool, int, str, None), got {variant_options!r}") from None
+    if type(block_size) in (int, type(None)) and type(num_warps) in (int, type(None)) and type(ignore_index) is int:
+        _CHECKED_OPTIONS[key] = text  # only exact ints: True == 1 must not share an entry with 1
+    return text
+
+
+def _grad_output_args(grad_output) -> tuple[float, torch.Tensor | None, bool]:
+    if grad_output is None:
+        return 0.0, None, False
+    if isinstance(grad_output, torch.Tensor):
+        return 0.0, grad_output, True
+    if isinstance(grad_output, bool) or not isinstance(grad_output, (int, float)):
+        raise TypeError(f"grad_output must be a float, a 0-d tensor or None, got {type(grad_output).__name__}")
+    return float(grad_output), None, True
+
+
+def entropy_loss_forward_backward(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    loss: str = "cross_entropy",
+    target_format: str = "labels",
+    variant: str = "auto",
+    block_size: int | None = None,
+    num_warps: int | None = None,
+    grad_output=1.0,
+    ignore_index: int = -100,
+    loss_mask: torch.Tensor | None = None,
+    validate: bool = False,
+    **variant_options,
+):
     """Loss (0-d fp32 tensor) and its gradient with respect to ``logits`` (None when grad_output is None).
 
-    loss: "cross_entropy" | "forward_kl" | "reverse_kl"; target_format: "labels" | "logits".
-    The loss is the mean over rows that count (label != ignore_index, loss_mask True); when none
-    counts the loss is 0 and the gradient zeros. The gradient is d(grad_output * loss)/d logits.
+    loss: "cross_entropy" | "forward_kl" | "reverse_kl"; target_format: "labels" | "logits". The loss is the
+    mean over rows that count (label != ignore_index, loss_mask True); when none counts the loss is 0 and the
+    gradient zeros. The gradient is d(grad_output * loss)/d logits; grad_output may be a float or a one-element
+    tensor (read on the device). An out-of-range label gives a NaN loss and gradient and a device-side assert
+    (see :mod:`kernels.prologue`); ``validate=True`` raises a ValueError on the host first (one sync).
     """
-    return prepare(logits, target, **options).run()
+    from . import ops
+
+    options = _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
+                             variant_options)
+    value, tensor, compute_grad = _grad_output_args(grad_output)
+    result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, compute_grad, loss,
+                                             target_format, ignore_index, variant, block_size, num_warps, options,
+                                             validate)
+    return result, (grad if compute_grad else None)
 
 
 class _EntropyLoss(torch.autograd.Function):
+    """Forward computes the loss and, when logits require grad, the gradient for grad_output = 1 in the same
+    kernel; backward scales it by the incoming gradient in place (a launch that does nothing when that is 1)."""
+
     @staticmethod
-    def forward(ctx, logits, target, loss_mask, options):
-        loss, grad = entropy_loss_forward_backward(
-            logits, target, loss_mask=loss_mask, grad_output=1.0 if logits.requires_grad else None, **options
-        )
-        ctx.save_for_backward(grad if grad is not None else logits.new_empty(0))
-        return loss
+    def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size, num_warps,
+                options, validate):
+        from . import ops
+
+        compute_grad = ctx.needs_input_grad[0]
+        result, grad = ops.call_forward_backward(logits, target, loss_mask, None, 1.0, compute_grad, loss,
+                                                 target_format, ignore_index, variant, block_size, num_warps, options,
+                                                 validate)
+        ctx.save_for_backward(grad)
+        return result
 
     @staticmethod
     def backward(ctx, grad_loss):
+        from . import ops
+
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # backward(create_graph=True)
+            raise RuntimeError("kernels.entropy_loss has no second derivative (its backward is a precomputed "
+                               "gradient): double backward / create_graph=True through it is not supported; use "
+                               "kernels.reference.entropy_loss for higher-order gradients")
         (grad,) = ctx.saved_tensors
-        # The gradient was computed in the forward with grad_output=1: scale it now.
-        return grad * grad_loss.to(grad.dtype), None, None, None
+        ops.call_scale_gradient_(grad, grad_loss)
+        return (grad,) + (None,) * 10
 
 
-def entropy_loss(logits, target, *, loss_mask=None, **options):
-    """Differentiable loss (torch.autograd); same options as :func:`entropy_loss_forward_backward`."""
-    if "grad_output" in options:
+def entropy_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    loss: str = "cross_entropy",
+    target_format: str = "labels",
+    variant: str = "auto",
+    block_size: int | None = None,
+    num_warps: int | None = None,
+    ignore_index: int = -100,
+    loss_mask: torch.Tensor | None = None,
+    validate: bool = False,
+    **variant_options,
+) -> torch.Tensor:
+    """Differentiable loss (torch.autograd); same options as :func:`entropy_loss_forward_backward` except
+    grad_output, which autograd supplies. Differentiates with respect to ``logits`` only: target logits that
+    require grad are refused (detach the teacher, or use :mod:`kernels.reference`)."""
+    if "grad_output" in variant_options:
         raise TypeError("entropy_loss takes no grad_output: autograd supplies it; use entropy_loss_forward_backward")
-    return _EntropyLoss.apply(logits, target, loss_mask, options)
+    options = _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
+                             variant_options)
+    if isinstance(target, torch.Tensor) and target.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            "target requires grad, but kernels.entropy_loss differentiates only with respect to logits: a learnable "
+            "target would silently get no gradient. Detach it (target.detach()) or use kernels.reference.entropy_loss"
+        )
+    return _EntropyLoss.apply(logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size,
+                              num_warps, options, validate)

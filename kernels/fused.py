@@ -13,13 +13,17 @@ import triton
 import triton.language as tl
 
 from .launch import Launch, Plan
+from .prologue import prologue_launch
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
+    finish_program,
     label_logit,
+    load_scales,
     load_tiles,
     lse_difference,
     row_loss,
     row_statistics,
+    row_losses_ptr,
     row_validity,
     tile_gradient,
     tile_statistics,
@@ -33,13 +37,13 @@ def fused_loss_kernel(
     labels_ptr,  # (n_rows,) integer labels, or a dummy
     mask_ptr,  # (n_rows,) bool row mask, or a dummy
     grad_ptr,  # (n_rows, n_cols) gradient out, contiguous, logits' dtype
-    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid (0 for ignored rows)
+    ws_ptr,  # fp32 workspace: scales in, row losses out (kernels.problem)
+    loss_ptr,  # 0-d fp32 loss out (the mean over the rows that count)
+    n_rows,
     n_cols,
     logits_stride,
     target_stride,
     ignore_index,
-    grad_scale,  # grad_output / n_valid
-    loss_scale,  # 1 / n_valid
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
@@ -51,10 +55,12 @@ def fused_loss_kernel(
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
     g_row = grad_ptr + row * n_cols
+    loss_rows_ptr = row_losses_ptr(ws_ptr)
+    loss_scale, grad_scale = load_scales(ws_ptr)
 
     valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
     if valid:
-        x_label = label_logit(x_row, label, LOSS)
+        x_label = label_logit(x_row, label, n_cols, LOSS)
         if SINGLE_TILE:
             # The whole row is one tile: keep it (and its exponentials) in registers.
             x2, t2 = load_tiles(x_row, t_row, cols, n_cols, LOSS)
@@ -93,6 +99,7 @@ def fused_loss_kernel(
             zeros = tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty)
             for start in range(0, n_cols, BLOCK_SIZE):
                 tl.store(g_row + start + cols, zeros, mask=cols < n_cols - start)
+    finish_program(ws_ptr, loss_ptr, n_rows)
 
 
 def default_fused_config(n_cols: int) -> tuple[int, int]:
@@ -105,23 +112,24 @@ def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int |
     default_block, default_warps = default_fused_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
-    loss_rows, grad = allocate_outputs(problem)
+    workspace, loss, grad = allocate_outputs(problem)
     return Plan(
         variant="fused",
-        launches=[fused_launch(problem, block_size, num_warps, loss_rows, grad)],
-        finish=finisher(problem, loss_rows, grad),
+        launches=[fused_launch(problem, block_size, num_warps, workspace, loss, grad)],
+        finish=finisher(problem, loss, grad),
         config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size)},
-        buffers=[loss_rows, grad],
+        buffers=[workspace, grad, loss],
+        prologue=prologue_launch(problem, workspace, loss),
     )
 
 
-def fused_launch(problem: Problem, block_size: int, num_warps: int, loss_rows, grad) -> Launch:
+def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, loss, grad) -> Launch:
     """The fused kernel's launch (also used by split_row for rows that fit in one chunk)."""
     return Launch(
         name="fused",
         fn=fused_loss_kernel,
         grid=(problem.n_rows,),
-        args=problem.loss_args(loss_rows, grad),
+        args=problem.loss_args(workspace, loss, grad),
         constexprs=dict(problem.loss_constexprs(), SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size),
         num_warps=num_warps,
     )

@@ -55,6 +55,7 @@ class Plan:
     reset: Callable[[], None] | None = None  # re-arms per-call state (e.g. split_row's row counters) before a run
 
     buffers: list = field(default_factory=list, repr=False)  # tensors allocated when the plan was built
+    prologue: Launch | None = None  # runs before ``launches``: counts rows, checks labels, zeroes counters (kernels.prologue)
 
     @property
     def buffer_bytes(self) -> int:
@@ -64,9 +65,14 @@ class Plan:
         """
         return sum(t.untyped_storage().nbytes() for t in self.buffers if t is not None)
 
+    @property
+    def all_launches(self) -> list[Launch]:
+        """Every launch of a run, in order: the prologue, then the loss kernels (``launches``)."""
+        return ([self.prologue] if self.prologue is not None else []) + self.launches
+
     def run(self) -> tuple[Any, Any]:
         if self.reset is not None:
             self.reset()
-        for launch in self.launches:
+        for launch in self.all_launches:
             launch()
         return self.finish()

@@ -16,6 +16,14 @@ LOGITS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 MIN_BLOCK_SIZE = 16
 MAX_BLOCK_SIZE = 65536  # one program's tile; larger tiles cannot be held by 1024 threads
+MAX_ROWS = 1 << 24  # the finish counters are fp32 (exact below 2**24 programs)
+
+# Workspace layout (fp32), shared with row_math's kernels: the finish counters, the loss, the scales, the row losses.
+WS_GROUPS = 64  # programs finish in WS_GROUPS interleaved groups, one counter each (spreads the atomics)
+WS_DONE = 64  # groups finished
+WS_LOSS_SCALE = 66  # 1 / n_valid (NaN when a label is out of range)
+WS_GRAD_SCALE = 67  # grad_output / n_valid (NaN likewise)
+WS_ROWS = 128  # row losses (already scaled) from here
 
 # Kernel loss codes (see row_math): (loss, target_format) -> LOSS constexpr.
 LOSS_CODES = {
@@ -28,7 +36,7 @@ LOSS_CODES = {
 
 @dataclass
 class Problem:
-    """A loss call, flattened to (n_rows, n_cols) and checked."""
+    """A loss call, flattened to (n_rows, n_cols) and checked. Holds no device value: building it never syncs."""
 
     loss: str
     target_format: str
@@ -38,8 +46,8 @@ class Problem:
     labels: torch.Tensor | None  # (n_rows,) integer labels
     mask: torch.Tensor | None  # (n_rows,) uint8 row mask
     ignore_index: int
-    n_valid: int  # rows that count in the mean
-    grad_output: float | None  # None: forward only
+    grad_output: float | None  # None: forward only (or given as a tensor, below)
+    grad_output_tensor: torch.Tensor | None  # a 0-d tensor grad_output, read on the device
     out_shape: tuple[int, ...]
 
     @property
@@ -52,15 +60,7 @@ class Problem:
 
     @property
     def compute_grad(self) -> bool:
-        return self.grad_output is not None
-
-    @property
-    def loss_scale(self) -> float:
-        return 1.0 / max(self.n_valid, 1)
-
-    @property
-    def grad_scale(self) -> float:
-        return (self.grad_output or 0.0) / max(self.n_valid, 1)
+        return self.grad_output is not None or self.grad_output_tensor is not None
 
     def input_args(self) -> dict:
         """The input arguments every kernel takes; tensors a loss does not read point at the logits."""
@@ -74,19 +74,35 @@ class Problem:
             target_stride=self.target.stride(0) if self.target is not None else 0,
         )
 
-    def loss_args(self, loss_rows: torch.Tensor, grad: torch.Tensor | None) -> dict:
-        """input_args plus the outputs and scales of a kernel that writes row losses and the gradient."""
+    def loss_args(self, workspace: torch.Tensor, loss: torch.Tensor, grad: torch.Tensor | None) -> dict:
+        """input_args plus the outputs of a kernel that writes row losses, the loss and the gradient. The row
+        losses and the scales (1/n_valid, grad_output/n_valid) live in ``workspace`` (see row_math)."""
         return dict(
             self.input_args(),
             grad_ptr=grad if grad is not None else self.logits,
-            loss_rows_ptr=loss_rows,
+            ws_ptr=workspace,
+            loss_ptr=loss,
+            n_rows=self.n_rows,
             ignore_index=self.ignore_index,
-            grad_scale=self.grad_scale,
-            loss_scale=self.loss_scale,
         )
 
     def loss_constexprs(self) -> dict:
         return dict(LOSS=self.loss_code, HAS_MASK=self.mask is not None, COMPUTE_GRAD=self.compute_grad)
+
+    def check_labels_on_host(self) -> None:
+        """The opt-in validation (``validate=True``): a ValueError for labels outside [0, n_cols) that are not
+        ignore_index, before any launch. Costs one device->host sync; the default path checks on the device."""
+        if self.labels is None or not self.n_rows:
+            return
+        labels = self.labels
+        bad = ((labels < 0) | (labels >= self.n_cols)) & (labels != self.ignore_index)
+        count = int(bad.sum())
+        if count:
+            examples = labels[bad][:5].tolist()
+            raise ValueError(
+                f"target (labels) must lie in [0, {self.n_cols}) or equal ignore_index={self.ignore_index}; "
+                f"{count} do not, e.g. {examples}"
+            )
 
 
 def next_power_of_2(n: int) -> int:
@@ -130,16 +146,21 @@ def _as_rows(tensor: torch.Tensor, n_cols: int) -> torch.Tensor:
         return tensor.reshape(-1, n_cols).contiguous()
 
 
-def _grad_output_value(grad_output) -> float | None:
+def _grad_output(grad_output, device: torch.device) -> tuple[float | None, torch.Tensor | None]:
+    """(value, None) for a number, (None, tensor) for a one-element tensor (read by the kernels: no sync)."""
     if grad_output is None:
-        return None
+        return None, None
     if isinstance(grad_output, torch.Tensor):
         if grad_output.numel() != 1:
             raise ValueError(f"grad_output must be a scalar (0-d tensor or float), got shape {tuple(grad_output.shape)}")
-        return float(grad_output.item())
+        if grad_output.device != device:
+            raise ValueError(f"grad_output is on {grad_output.device} but logits are on {device}")
+        if not grad_output.dtype.is_floating_point:
+            raise TypeError(f"grad_output must be a floating-point tensor, got {grad_output.dtype}")
+        return None, grad_output.reshape(())
     if isinstance(grad_output, bool) or not isinstance(grad_output, (int, float)):
         raise TypeError(f"grad_output must be a float, a 0-d tensor or None, got {type(grad_output).__name__}")
-    return float(grad_output)
+    return float(grad_output), None
 
 
 def build_problem(
@@ -151,7 +172,6 @@ def build_problem(
     grad_output,
     ignore_index: int,
     loss_mask,
-    check_labels: bool = True,
 ) -> Problem:
     _check_choice(loss, "loss", LOSSES)
     _check_choice(target_format, "target_format", TARGET_FORMATS)
@@ -209,31 +229,14 @@ def build_problem(
             raise ValueError(f"loss_mask is on {loss_mask.device} but logits are on {logits.device}")
         mask = loss_mask.reshape(-1).contiguous().view(torch.uint8)
 
-    grad_value = _grad_output_value(grad_output)
+    grad_value, grad_tensor = _grad_output(grad_output, logits.device)
     rows = _as_rows(logits, n_cols)
-    n_rows = rows.shape[0]
-
-    # Count the rows that enter the mean (and check label range) with one device->host sync.
-    n_valid = n_rows
-    if n_rows and (labels is not None or mask is not None):
-        keep = torch.ones(n_rows, dtype=torch.bool, device=rows.device)
-        checks = []
-        if labels is not None:
-            labels = labels.contiguous()
-            keep &= labels != ignore_index
-            if check_labels:
-                checks.append((((labels < 0) | (labels >= n_cols)) & keep).sum())
-        if mask is not None:
-            keep &= mask.bool()
-        counts = torch.stack([keep.sum(), *checks]).tolist()
-        n_valid = int(counts[0])
-        if len(counts) > 1 and counts[1]:
-            bad = labels[((labels < 0) | (labels >= n_cols)) & (labels != ignore_index)][:5].tolist()
-            raise ValueError(
-                f"target (labels) must lie in [0, {n_cols}) or equal ignore_index={ignore_index}; "
-                f"{counts[1]} do not, e.g. {bad}"
-            )
-
+    if rows.shape[0] >= MAX_ROWS:
+        raise ValueError(f"logits have {rows.shape[0]} rows; at most {MAX_ROWS - 1} are supported in one call "
+                         "(the kernels' finish counters are fp32): split the batch")
+    if labels is not None and not labels.is_contiguous():
+        labels = labels.contiguous()
+    # The rows that count, and the labels' range, are checked on the device (kernels.prologue): no sync here.
     return Problem(
         loss=loss,
         target_format=target_format,
@@ -243,27 +246,34 @@ def build_problem(
         labels=labels,
         mask=mask,
         ignore_index=ignore_index,
-        n_valid=n_valid,
         grad_output=grad_value,
+        grad_output_tensor=grad_tensor,
         out_shape=tuple(logits.shape),
     )
 
 
-def allocate_outputs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-row losses (fp32, already divided by n_valid) and the gradient (logits' dtype, contiguous)."""
+def allocate_outputs(problem: Problem, extra_floats: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The workspace (fp32: header, row losses, then ``extra_floats`` for the variant; see :func:`workspace_size`),
+    the loss (0-d fp32) and the gradient (logits' dtype, contiguous)."""
     device = problem.logits.device
-    loss_rows = torch.empty(problem.n_rows, dtype=torch.float32, device=device)
+    workspace = torch.empty(workspace_size(problem.n_rows) + extra_floats, dtype=torch.float32, device=device)
+    loss = torch.empty((), dtype=torch.float32, device=device)
     grad = None
     if problem.compute_grad:
         grad = torch.empty((problem.n_rows, problem.n_cols), dtype=problem.logits.dtype, device=device)
-    return loss_rows, grad
+    return workspace, loss, grad
 
 
-def finisher(problem: Problem, loss_rows: torch.Tensor, grad: torch.Tensor | None):
-    """The host step after the launches: sum the scaled row losses, give the gradient the logits' shape."""
+def workspace_size(n_rows: int) -> int:
+    """Floats before a variant's own workspace: the header (WS_ROWS) and the row losses, rounded to 32."""
+    return WS_ROWS + -(-n_rows // 32) * 32
+
+
+def finisher(problem: Problem, loss: torch.Tensor, grad: torch.Tensor | None):
+    """(loss, grad) once the launches have run (the last program of the loss kernel wrote the loss)."""
+    out_shape = problem.out_shape
 
     def finish():
-        loss = loss_rows.sum()
-        return loss, (grad.view(problem.out_shape) if grad is not None else None)
+        return loss, (grad.view(out_shape) if grad is not None else None)
 
     return finish

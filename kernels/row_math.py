@@ -23,11 +23,21 @@ A row whose every logit is -inf ends with s = 0 and gives NaN, like PyTorch; NaN
 import triton
 import triton.language as tl
 
+from . import problem as _layout
+
 # Loss codes, the LOSS constexpr of every kernel.
 CE_LABELS = tl.constexpr(0)
 CE_LOGITS = tl.constexpr(1)
 FORWARD_KL = tl.constexpr(2)
 REVERSE_KL = tl.constexpr(3)
+
+# Workspace layout (kernels.problem): finish counters, the loss, the scales, the row losses.
+WS_GROUPS = tl.constexpr(_layout.WS_GROUPS)
+WS_DONE = tl.constexpr(_layout.WS_DONE)
+WS_LOSS_SCALE = tl.constexpr(_layout.WS_LOSS_SCALE)
+WS_GRAD_SCALE = tl.constexpr(_layout.WS_GRAD_SCALE)
+WS_ROWS = tl.constexpr(_layout.WS_ROWS)
+SUM_BLOCK = tl.constexpr(1024)  # row losses summed per step by the last program
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -104,12 +114,50 @@ def row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS: tl.constexpr, HA
 
 
 @triton.jit
-def label_logit(x_row, label, LOSS: tl.constexpr):
-    """x[label] as fp32 for cross-entropy from labels (0 for the other losses, which do not use it)."""
+def label_logit(x_row, label, n_cols, LOSS: tl.constexpr):
+    """x[label] as fp32 for cross-entropy from labels (0 for the other losses, which do not use it).
+    A label outside [0, n_cols) reads nothing and gives NaN (the prologue has already made the scales NaN)."""
     x_label = 0.0
     if LOSS == CE_LABELS:
-        x_label = tl.load(x_row + label).to(tl.float32)
+        x_label = tl.load(x_row + label, mask=(label >= 0) & (label < n_cols), other=float("nan")).to(tl.float32)
     return x_label
+
+
+@triton.jit
+def row_losses_ptr(ws_ptr):
+    """Where the (scaled) row losses live in the workspace."""
+    return ws_ptr + WS_ROWS
+
+
+@triton.jit
+def load_scales(ws_ptr):
+    """(1 / n_valid, grad_output / n_valid), written by the prologue (kernels.prologue)."""
+    return tl.load(ws_ptr + WS_LOSS_SCALE), tl.load(ws_ptr + WS_GRAD_SCALE)
+
+
+@triton.jit
+def finish_program(ws_ptr, loss_ptr, n_rows):
+    """Every program of the kernel that writes row losses calls this once, after its last row-loss store.
+
+    Programs count themselves in WS_GROUPS interleaved groups (one fp32 counter each: same-address atomics
+    serialize, so one counter for 16K programs cost ~20 us on the H100); the program that completes a group
+    counts it in WS_DONE, and the one that completes the last group sums the row losses into the loss, in a
+    fixed order (deterministic). Release/acquire atomics order the row-loss stores before the sum; the sum
+    reads with volatile loads (L1 is not coherent across SMs). The prologue zeroes the counters."""
+    pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    group = pid % WS_GROUPS
+    group_size = (n_programs - group + WS_GROUPS - 1) // WS_GROUPS
+    before = tl.atomic_add(ws_ptr + group, 1.0, sem="acq_rel")
+    if before.to(tl.int32) == group_size - 1:
+        groups_done = tl.atomic_add(ws_ptr + WS_DONE, 1.0, sem="acq_rel")
+        if groups_done.to(tl.int32) == tl.minimum(n_programs, WS_GROUPS) - 1:
+            offsets = tl.arange(0, SUM_BLOCK)
+            total = tl.zeros([SUM_BLOCK], dtype=tl.float32)
+            rows = ws_ptr + WS_ROWS
+            for start in range(0, n_rows, SUM_BLOCK):
+                total += tl.load(rows + start + offsets, mask=offsets < n_rows - start, other=0.0, volatile=True)
+            tl.store(loss_ptr, tl.sum(total, axis=0))
 
 
 @triton.jit

@@ -32,7 +32,8 @@ import triton.language as tl
 from .fused import fused_launch
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
-                      next_power_of_2)
+                      next_power_of_2, workspace_size)
+from .prologue import prologue_launch
 from .row_math import (
     CE_LABELS,
     base2,
@@ -40,11 +41,14 @@ from .row_math import (
     gradient_from_summary,
     label_logit,
     load_partials,
+    finish_program,
     load_raw_tiles,
+    load_scales,
     load_tiles,
     lse_difference,
     rescale,
     row_loss,
+    row_losses_ptr,
     row_validity,
     store_partials,
     tile_gradient,
@@ -73,17 +77,16 @@ def split_row_kernel(
     labels_ptr,  # (n_rows,) labels, or a dummy
     mask_ptr,  # (n_rows,) bool row mask, or a dummy
     grad_ptr,  # (n_rows, n_cols) contiguous gradient out
-    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid
-    partials_ptr,  # (n_rows, 5, NUM_CHUNKS) fp32 chunk summaries
-    counters_ptr,  # (n_rows,) int32 arrival counters, zero before the launch (cooperative form only)
+    ws_ptr,  # fp32 workspace: scales in, row losses out (kernels.problem); chunk summaries
+    loss_ptr,  # 0-d fp32 loss out
+    counters_ptr,  # (n_rows,) int32 arrival counters, zero before the launch ("wait" schedule only)
     n_rows,
     n_cols,
     n_slots,  # rows handled at once: programs = n_slots * NUM_CHUNKS
     logits_stride,
     target_stride,
     ignore_index,
-    grad_scale,
-    loss_scale,
+    partials_offset,  # the (n_rows, 5, NUM_CHUNKS) fp32 chunk summaries start at ws_ptr + partials_offset
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
@@ -100,6 +103,9 @@ def split_row_kernel(
     in_row = cols < n_cols - start
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
+    loss_rows_ptr = row_losses_ptr(ws_ptr)
+    partials_ptr = ws_ptr + partials_offset
+    loss_scale, grad_scale = load_scales(ws_ptr)
 
     # int64 rows: row * stride can pass 2**31 (32K rows x 128K vocab)
     for row in range(slot.to(tl.int64), n_rows, n_slots):
@@ -120,7 +126,7 @@ def split_row_kernel(
                 big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                     all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
                 )
-                x_label = label_logit(x_row, label, LOSS)
+                x_label = label_logit(x_row, label, n_cols, LOSS)
                 loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
                 tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
                 if COMPUTE_GRAD:
@@ -136,6 +142,8 @@ def split_row_kernel(
                 tl.store(loss_rows_ptr + row, 0.0, mask=chunk == 0)
                 if COMPUTE_GRAD:
                     tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
+    if PHASE == PHASE_GRAD:
+        finish_program(ws_ptr, loss_ptr, n_rows)
 
 
 @triton.jit
@@ -145,8 +153,8 @@ def split_row_cooperative_kernel(
     labels_ptr,
     mask_ptr,
     grad_ptr,
-    loss_rows_ptr,
-    partials_ptr,
+    ws_ptr,
+    loss_ptr,
     counters_ptr,
     n_rows,
     n_cols,
@@ -154,8 +162,7 @@ def split_row_cooperative_kernel(
     logits_stride,
     target_stride,
     ignore_index,
-    grad_scale,
-    loss_scale,
+    partials_offset,
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
@@ -177,6 +184,9 @@ def split_row_cooperative_kernel(
     in_row = cols < n_cols - start
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
+    loss_rows_ptr = row_losses_ptr(ws_ptr)
+    partials_ptr = ws_ptr + partials_offset
+    loss_scale, grad_scale = load_scales(ws_ptr)
 
     for row in range(slot.to(tl.int64), n_rows, n_slots):
         x_row = logits_ptr + row * logits_stride
@@ -197,7 +207,7 @@ def split_row_cooperative_kernel(
             big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                 all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
             )
-            x_label = label_logit(x_row, label, LOSS)
+            x_label = label_logit(x_row, label, n_cols, LOSS)
             loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
@@ -211,6 +221,7 @@ def split_row_cooperative_kernel(
             tl.store(loss_rows_ptr + row, 0.0, mask=chunk == 0)
             if COMPUTE_GRAD:
                 tl.store(g_tile + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
+    finish_program(ws_ptr, loss_ptr, n_rows)
 
 
 @triton.jit
@@ -220,8 +231,8 @@ def split_row_lagged_kernel(
     labels_ptr,
     mask_ptr,
     grad_ptr,
-    loss_rows_ptr,
-    partials_ptr,  # (n_rows, 5, NUM_CHUNKS) fp32, every word EMPTY_BITS before the launch
+    ws_ptr,  # summaries at ws_ptr + partials_offset: (n_rows, 5, NUM_CHUNKS) fp32, every word EMPTY_BITS at launch
+    loss_ptr,
     counters_ptr,  # unused (shared argument convention)
     n_rows,
     n_cols,
@@ -229,8 +240,7 @@ def split_row_lagged_kernel(
     logits_stride,
     target_stride,
     ignore_index,
-    grad_scale,
-    loss_scale,
+    partials_offset,
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
@@ -263,6 +273,9 @@ def split_row_lagged_kernel(
     in_row = cols < width
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
+    loss_rows_ptr = row_losses_ptr(ws_ptr)
+    partials_ptr = ws_ptr + partials_offset
+    loss_scale, grad_scale = load_scales(ws_ptr)
 
     behind = LAG_STEPS * n_slots  # rows between the one read from DRAM and the one finished
     row = slot.to(tl.int64)
@@ -293,7 +306,7 @@ def split_row_lagged_kernel(
             old_width = 0 * old_width
         x_old, t_old = load_raw_tiles(x_old_row + start, target_ptr + old * target_stride + start, cols, old_width, LOSS,
                                       "evict_first")
-        x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), LOSS)
+        x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), n_cols, LOSS)
         if not POLL_FIRST:  # poll with every read in flight
             all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
                                                                               lane_used)
@@ -322,6 +335,7 @@ def split_row_lagged_kernel(
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)
             store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
         cur_valid = nxt_valid
+    finish_program(ws_ptr, loss_ptr, n_rows)
 
 
 @triton.jit
@@ -441,23 +455,22 @@ def plan_split_row(
                          "nothing to exchange")
     maxnreg = check_maxnreg(maxnreg)
     num_chunks = triton.cdiv(problem.n_cols, block_size)
-    loss_rows, grad = allocate_outputs(problem)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
 
     if num_chunks == 1 or not split:  # one program per row: nothing to exchange
-        launches = [fused_launch(problem, block_size, num_warps, loss_rows, grad)]
-        return Plan("split_row", launches, finisher(problem, loss_rows, grad),
-                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[loss_rows, grad])
+        workspace, loss, grad = allocate_outputs(problem)
+        launches = [fused_launch(problem, block_size, num_warps, workspace, loss, grad)]
+        return Plan("split_row", launches, finisher(problem, loss, grad),
+                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[workspace, grad, loss],
+                    prologue=prologue_launch(problem, workspace, loss))
 
     device = problem.logits.device
-    partials = torch.empty((problem.n_rows, N_PARTIALS.value, num_chunks), dtype=torch.float32, device=device)
+    partials_offset = workspace_size(problem.n_rows)
+    partials_words = problem.n_rows * N_PARTIALS.value * num_chunks
+    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words)
     # Arrival counters: only the "wait" schedule counts; the other kernels get a placeholder pointer.
     counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device) if schedule == "wait" else None
-
-    def mark_partials_empty() -> None:
-        partials.view(torch.int32).fill_(EMPTY_BITS.value)
-
-    buffers = [loss_rows, grad, partials, counters]
+    buffers = [workspace, grad, loss, counters]
 
     def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
         if phase is not None:
@@ -473,11 +486,10 @@ def plan_split_row(
             fn=fn,
             grid=(n_slots * num_chunks,),
             args=dict(
-                problem.loss_args(loss_rows, grad),
-                partials_ptr=partials,
-                counters_ptr=counters if counters is not None else partials,
-                n_rows=problem.n_rows,
+                problem.loss_args(workspace, loss, grad),
+                counters_ptr=counters if counters is not None else workspace,
                 n_slots=n_slots,
+                partials_offset=partials_offset,
             ),
             constexprs=dict(
                 problem.loss_constexprs(),
@@ -501,14 +513,17 @@ def plan_split_row(
         n_slots, resident = cooperative_slots(coop, problem.n_rows, num_chunks)
         if n_slots >= 1:
             coop.grid = (n_slots * num_chunks,)
+            # The lagged schedule's summaries start EMPTY_BITS: the prologue fills them.
+            fill = dict(fill_offset=partials_offset, fill_count=partials_words, fill_bits=EMPTY_BITS.value)
             return Plan(
                 "split_row",
                 [coop],
-                finisher(problem, loss_rows, grad),
+                finisher(problem, loss, grad),
                 {**config, "mode": "cooperative", "schedule": schedule,
                  "programs": n_slots * num_chunks, "resident_programs": resident},
-                reset=counters.zero_ if schedule == "wait" else mark_partials_empty,
+                reset=counters.zero_ if schedule == "wait" else None,
                 buffers=buffers,
+                prologue=prologue_launch(problem, workspace, loss, **(fill if schedule == "lagged" else {})),
             )
         if cooperative:
             raise ValueError(
@@ -516,5 +531,5 @@ def plan_split_row(
                 f"only {resident} of this kernel; use a larger block_size or cooperative=None"
             )
     launches = [launch(PHASE_STATS, problem.n_rows, "split_row.stats"), launch(PHASE_GRAD, problem.n_rows, "split_row.grad")]
-    return Plan("split_row", launches, finisher(problem, loss_rows, grad), {**config, "mode": "multi_launch"},
-                buffers=buffers)
+    return Plan("split_row", launches, finisher(problem, loss, grad), {**config, "mode": "multi_launch"},
+                buffers=buffers, prologue=prologue_launch(problem, workspace, loss))

@@ -12,11 +12,12 @@ In exchange each program holds only one tile, and the gradient grid has many sma
 import triton
 import triton.language as tl
 
-import torch
-
 from .launch import Launch, Plan
-from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
-from .row_math import CE_LABELS, label_logit, load_tiles, row_loss, row_statistics, row_validity, tile_gradient
+from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher,
+                      next_power_of_2, workspace_size)
+from .prologue import prologue_launch
+from .row_math import (CE_LABELS, finish_program, label_logit, load_scales, load_tiles, row_loss, row_losses_ptr,
+                       row_statistics, row_validity, tile_gradient)
 
 
 @triton.jit
@@ -25,21 +26,24 @@ def two_pass_stats_kernel(
     target_ptr,
     labels_ptr,
     mask_ptr,
-    loss_rows_ptr,  # (n_rows,) fp32 out: row loss / n_valid
-    row_stats_ptr,  # (n_rows, 4) fp32 out: lse2_x, lse2_t, row loss (natural units), valid flag
+    ws_ptr,  # fp32 workspace: scales in, row losses out (kernels.problem)
+    loss_ptr,  # 0-d fp32 loss out
+    n_rows,
     n_cols,
     logits_stride,
     target_stride,
     ignore_index,
-    loss_scale,
+    stats_offset,  # (n_rows, 4) fp32 at ws_ptr + stats_offset: lse2_x, lse2_t, row loss (natural units), valid flag
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
+    row_stats_ptr = ws_ptr + stats_offset
     cols = tl.arange(0, BLOCK_SIZE)
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
+    loss_scale, _grad_scale = load_scales(ws_ptr)
 
     valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
 
@@ -47,16 +51,17 @@ def two_pass_stats_kernel(
     lse2_t = 0.0
     loss = 0.0
     if valid:
-        x_label = label_logit(x_row, label, LOSS)
+        x_label = label_logit(x_row, label, n_cols, LOSS)
         m_x, s_x, m_t, s_t, acc = row_statistics(x_row, t_row, cols, n_cols, LOSS, BLOCK_SIZE)
         loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
         lse2_x = m_x + tl.log2(s_x)
         lse2_t = m_t + tl.log2(s_t)
-    tl.store(loss_rows_ptr + row, loss * loss_scale)
+    tl.store(row_losses_ptr(ws_ptr) + row, loss * loss_scale)
     tl.store(row_stats_ptr + row * 4 + 0, lse2_x)
     tl.store(row_stats_ptr + row * 4 + 1, lse2_t)
     tl.store(row_stats_ptr + row * 4 + 2, loss)
     tl.store(row_stats_ptr + row * 4 + 3, valid.to(tl.float32))
+    finish_program(ws_ptr, loss_ptr, n_rows)
 
 
 @triton.jit
@@ -65,12 +70,12 @@ def two_pass_grad_kernel(
     target_ptr,
     labels_ptr,
     mask_ptr,  # unused: a row's validity comes from row_stats (shared argument convention)
-    row_stats_ptr,
     grad_ptr,
+    ws_ptr,  # fp32 workspace: grad_output / n_valid, the row stats at ws_ptr + stats_offset
     n_cols,
     logits_stride,
     target_stride,
-    grad_scale,
+    stats_offset,
     LOSS: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
@@ -79,7 +84,9 @@ def two_pass_grad_kernel(
     cols = tl.arange(0, BLOCK_SIZE)
     in_row = cols < n_cols - start
     g_tile = grad_ptr + row * n_cols + start
+    row_stats_ptr = ws_ptr + stats_offset
     valid = tl.load(row_stats_ptr + row * 4 + 3) != 0.0
+    _loss_scale, grad_scale = load_scales(ws_ptr)
     if valid:
         lse2_x = tl.load(row_stats_ptr + row * 4 + 0)
         lse2_t = tl.load(row_stats_ptr + row * 4 + 1)
@@ -123,8 +130,8 @@ def plan_two_pass(
     stats_warps = check_num_warps(stats_num_warps, "stats_num_warps") if stats_num_warps else num_warps
     grad_warps = check_num_warps(grad_num_warps, "grad_num_warps") if grad_num_warps else num_warps
 
-    loss_rows, grad = allocate_outputs(problem)
-    row_stats = torch.empty((problem.n_rows, 4), dtype=torch.float32, device=problem.logits.device)
+    stats_offset = workspace_size(problem.n_rows)
+    workspace, loss, grad = allocate_outputs(problem, extra_floats=4 * problem.n_rows)
     launches = [
         Launch(
             name="two_pass.stats",
@@ -132,10 +139,11 @@ def plan_two_pass(
             grid=(problem.n_rows,),
             args=dict(
                 problem.input_args(),
-                loss_rows_ptr=loss_rows,
-                row_stats_ptr=row_stats,
+                ws_ptr=workspace,
+                loss_ptr=loss,
+                n_rows=problem.n_rows,
                 ignore_index=problem.ignore_index,
-                loss_scale=problem.loss_scale,
+                stats_offset=stats_offset,
             ),
             constexprs=dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, BLOCK_SIZE=stats_block),
             num_warps=stats_warps,
@@ -147,7 +155,7 @@ def plan_two_pass(
                 name="two_pass.grad",
                 fn=two_pass_grad_kernel,
                 grid=(problem.n_rows, triton.cdiv(problem.n_cols, grad_block)),
-                args=dict(problem.input_args(), row_stats_ptr=row_stats, grad_ptr=grad, grad_scale=problem.grad_scale),
+                args=dict(problem.input_args(), grad_ptr=grad, ws_ptr=workspace, stats_offset=stats_offset),
                 constexprs=dict(LOSS=problem.loss_code, BLOCK_SIZE=grad_block),
                 num_warps=grad_warps,
             )
@@ -155,12 +163,13 @@ def plan_two_pass(
     return Plan(
         variant="two_pass",
         launches=launches,
-        finish=finisher(problem, loss_rows, grad),
+        finish=finisher(problem, loss, grad),
         config={
             "block_size": stats_block,
             "num_warps": stats_warps,
             "grad_block_size": grad_block,
             "grad_num_warps": grad_warps,
         },
-        buffers=[loss_rows, grad, row_stats],
+        buffers=[workspace, grad, loss],
+        prologue=prologue_launch(problem, workspace, loss),
     )

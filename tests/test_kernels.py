@@ -335,13 +335,16 @@ def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_outpu
         options["loss_mask"] = torch.tensor([i % 4 != 2 for i in range(11)], device=logits.device)
     plan = kernels.prepare(logits, target, variant="split_row", block_size=32, num_warps=2, cooperative=False, **options)
     stats = plan.launches[0]
-    partials = torch.empty((11, split_row.N_PARTIALS.value, 1), dtype=torch.float32, device=logits.device)
+    plan.prologue()  # scales and counters; the summaries (1 chunk per row) sit where the plan's 3 chunks would
+    offset = stats.args["partials_offset"]
+    workspace = stats.args["ws_ptr"]
+    partials = workspace[offset:offset + 11 * split_row.N_PARTIALS.value].view(11, split_row.N_PARTIALS.value, 1)
     partials.view(torch.int32).fill_(split_row.EMPTY_BITS.value)
     n_slots = 3
     constexprs = {k: v for k, v in stats.constexprs.items() if k != "PHASE"}
     constexprs.update(NUM_CHUNKS=1, CHUNKS_POW2=2, BLOCK_SIZE=128, POLL_FIRST=poll_first)
     lagged = Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots,),
-                    dict(stats.args, partials_ptr=partials, n_slots=n_slots), constexprs, num_warps=2)
+                    dict(stats.args, n_slots=n_slots), constexprs, num_warps=2)
     lagged()
     oracle.check(logits, target, plan.finish(), **options)
     # Exactly the rows that count published a summary; skipped rows were never read.

@@ -1,0 +1,215 @@
+"""The host side of a call, made cheap: everything that depends only on shapes, strides, dtypes, device and options
+is worked out once per such key, and a repeated call does a lookup, two allocations and its launches.
+
+The first call of a key checks the arguments, chooses the variant and configuration, sizes split_row's persistent
+grid (occupancy of the compiled kernel) and builds its :class:`~kernels.launch.Plan` through the planners. That
+plan becomes a :class:`CallTemplate`: per launch, the compiled kernel and its positional arguments, with the
+per-call tensors (logits, target, labels, mask, grad_output, gradient, workspace) left as slots. Later calls fill
+the slots and launch the compiled kernels directly (``CompiledKernel.run``, about 9 us on the H100 machine, vs
+about 46 us through ``JITFunction.run``, which re-binds and re-specializes every argument).
+
+The direct launch needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
+packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9); on any other Triton, under
+the interpreter, with launch hooks installed (profilers) or for a plan with a per-run reset, calls go through
+``JITFunction`` launches as before: slower, same results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .launch import Plan
+from .problem import Problem
+
+# The per-call values a template takes, in the order CallTemplate.run passes them; tensors by identity, and the
+# prologue's grad_output number by parameter name.
+ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace", "loss", "grad_output_value")
+GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
+
+
+def _triton_supports_direct_launch() -> bool:
+    import triton
+
+    try:
+        major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (3, 3) <= (major, minor) < (3, 10)
+
+
+def _launch_hooks_installed() -> bool:
+    """Whether a profiler (e.g. proton) hooks Triton launches: then calls keep Triton's own launch path."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return True
+
+    def active(hook) -> bool:  # Triton 3.6 keeps an always-present chain of hooks, empty by default
+        return hook is not None and bool(getattr(hook, "calls", True))
+
+    return active(knobs.runtime.launch_enter_hook) or active(knobs.runtime.launch_exit_hook)
+
+
+@dataclass
+class _TemplateLaunch:
+    compiled: Any  # triton CompiledKernel
+    grid: tuple[int, int, int]
+    values: list  # every parameter's value in order (constexprs included), per-call tensors as None
+    slots: list[tuple[int, int]]  # (position in values, index into the call's tensors)
+
+    def __call__(self, tensors: list, stream: int) -> None:
+        values = self.values.copy()
+        for position, role in self.slots:
+            values[position] = tensors[role]
+        compiled = self.compiled
+        compiled.run(self.grid[0], self.grid[1], self.grid[2], stream, compiled.function, compiled.packed_metadata,
+                     None, None, None, *values)
+
+
+@dataclass
+class CallTemplate:
+    """A plan with its per-call tensors taken out: what a repeated call runs.
+
+    The gradient and the loss are new tensors every call. The workspace (scales, counters, row losses, exchange
+    buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
+    the prologue re-initializes it; under CUDA-graph capture a call takes a fresh one from the graph's pool. A lock
+    keeps one call's launches together when threads share a stream."""
+
+    launches: list[_TemplateLaunch]
+    workspace_shape: tuple[int, ...]
+    grad_shape: tuple[int, ...] | None
+    grad_dtype: torch.dtype
+    out_shape: tuple[int, ...]
+    device: torch.device
+    workspaces: dict = field(default_factory=dict)  # raw stream handle -> workspace
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, rows: torch.Tensor, target, labels, mask, grad_output, grad_output_value: float
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        device = self.device
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        loss = torch.empty((), dtype=torch.float32, device=device)
+        grad = torch.empty(self.grad_shape, dtype=self.grad_dtype, device=device) if self.grad_shape else None
+        with self.lock:
+            if torch.cuda.is_current_stream_capturing():
+                workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
+            else:
+                workspace = self.workspaces.get(stream)
+                if workspace is None:
+                    workspace = self.workspaces[stream] = torch.empty(self.workspace_shape, dtype=torch.float32,
+                                                                      device=device)
+            tensors = [rows, target, labels, mask, grad_output, grad, workspace, loss, grad_output_value]
+            for launch in self.launches:
+                launch(tensors, stream)
+        return loss, (grad.view(self.out_shape) if grad is not None else None)
+
+
+def make_template(problem: Problem, plan: Plan) -> CallTemplate | None:
+    """The template of a plan that has run once (its launches hold their compiled kernels), or None when calls of
+    this key must keep going through JITFunction launches (see the module docstring)."""
+    if not can_launch_directly(problem.logits.device) or plan.reset is not None or not plan.all_launches:
+        return None
+    workspace, grad, loss = plan.buffers[:3]
+    by_identity = {}
+    for role, tensor in zip(ROLES, (problem.logits, problem.target, problem.labels, problem.mask,
+                                    problem.grad_output_tensor, grad, workspace, loss)):
+        if tensor is not None:
+            by_identity.setdefault(id(tensor), ROLES.index(role))
+    launches = []
+    for launch in plan.all_launches:
+        scalar_slots = {"grad_output": GRAD_OUTPUT_VALUE} if launch.name == "prologue" else {}
+        template_launch = direct_launch(launch, by_identity, scalar_slots)
+        if template_launch is None:
+            return None
+        launches.append(template_launch)
+    return CallTemplate(
+        launches=launches,
+        workspace_shape=tuple(workspace.shape),
+        grad_shape=tuple(grad.shape) if grad is not None else None,
+        grad_dtype=problem.logits.dtype,
+        out_shape=problem.out_shape,
+        device=problem.logits.device,
+    )
+
+
+def direct_launch(launch, by_identity: dict[int, int], scalar_slots: dict[str, int] | None = None
+                  ) -> _TemplateLaunch | None:
+    """A launch that has run once (``launch.compiled`` set) as a direct launch: tensors found in ``by_identity``
+    (id -> index into the call's values) and the parameters named in ``scalar_slots`` become per-call slots.
+    None when the compiled kernel lacks the launcher this module uses, or a tensor argument has no slot."""
+    compiled = launch.compiled
+    if compiled is None or not all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
+        return None
+    scalar_slots = scalar_slots or {}
+    given = {**launch.args, **launch.constexprs}
+    values, slots = [], []
+    for position, name in enumerate(launch.fn.arg_names):
+        value = given.get(name)
+        if name in scalar_slots:
+            slots.append((position, scalar_slots[name]))
+            value = None
+        elif isinstance(value, torch.Tensor):
+            role = by_identity.get(id(value))
+            if role is None:  # a tensor the template does not know how to renew per call
+                return None
+            slots.append((position, role))
+            value = None
+        values.append(value)
+    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    return _TemplateLaunch(compiled, grid, values, slots)
+
+
+def can_launch_directly(device: torch.device) -> bool:
+    return device.type == "cuda" and _triton_supports_direct_launch() and not _launch_hooks_installed()
+
+
+class TemplateCache:
+    """Call templates by key, least recently used first out; a key that cannot have one maps to None (its calls
+    plan every time). Bounded: a workload whose shapes change every call (token counts that vary per step) keeps
+    at most ``max_entries`` templates and their workspaces."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._entries: OrderedDict[tuple, CallTemplate | None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def get(self, key: tuple, default=False):
+        entry = self._entries.get(key, default)
+        if entry is not default and len(self._entries) > self.max_entries // 2:
+            with self._lock:
+                if key in self._entries:
+                    self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple, template: CallTemplate | None) -> None:
+        with self._lock:
+            self._entries[key] = template
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+TEMPLATES = TemplateCache()
+
+
+def call_key(logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, options: tuple) -> tuple:
+    """What a template depends on: tensors' metadata, 16-byte alignment (Triton specializes on it) and options."""
+    key = (logits.shape, logits.stride(), logits.dtype, logits.device, logits.data_ptr() % 16 == 0,
+           target.shape, target.stride(), target.dtype, target.device, target.data_ptr() % 16 == 0, options)
+    if loss_mask is not None:
+        key += (loss_mask.shape, loss_mask.stride(), loss_mask.device)
+    if grad_output_tensor is not None:
+        key += (grad_output_tensor.dtype, grad_output_tensor.device)
+    return key

@@ -1,0 +1,172 @@
+"""The losses as PyTorch operators (namespace ``fused_loss``), so torch.compile and CUDA graphs take them whole.
+
+    torch.ops.fused_loss.forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output,
+        compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate)
+        -> (loss, grad)
+    torch.ops.fused_loss.scale_gradient_(grad, scale) -> ()     # grad *= scale, skipped on the device when 1
+
+``forward_backward`` returns the gradient for the given grad_output (an empty tensor when compute_grad is
+false); ``kernels.entropy_loss`` builds autograd on top of the two. They are registered with
+``torch.library.Library`` (define + impl per device) rather than ``torch.library.custom_op``: on the H100 machine a
+``custom_op`` call costs about 22 us of Python before the kernel runs, a ``Library`` kernel about 1 us. A fake
+(meta) implementation gives torch.compile the output shapes and runs the argument checks at trace time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import triton
+import triton.language as tl
+
+from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
+from .launch import Launch
+from .problem import build_problem
+
+NAMESPACE = "fused_loss"
+
+_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+_LIBRARY.define(
+    "forward_backward(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? grad_output_tensor, float grad_output, "
+    "bool compute_grad, str loss, str target_format, int ignore_index, str variant, int? block_size, "
+    "int? num_warps, str options, bool validate) -> (Tensor, Tensor)"
+)
+_LIBRARY.define("scale_gradient_(Tensor(a!) grad, Tensor scale) -> ()")
+
+
+def _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+             ignore_index):
+    grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
+    return build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_value,
+                         ignore_index=ignore_index, loss_mask=loss_mask)
+
+
+def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+                      ignore_index, variant, block_size, num_warps, options, validate):
+    key = call_key(logits, target, loss_mask, grad_output_tensor,
+                   (compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate))
+    template = TEMPLATES.get(key)
+    if template:  # a repeated call: fill the slots of the stored launches
+        if validate:  # templates exist on CUDA only; the CPU path checks every call below
+            _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+                     ignore_index).check_labels_on_host()
+        rows = logits if logits.dim() == 2 else logits.view(-1, logits.shape[-1])
+        if target_format == "labels":
+            labels, target_rows = (target if target.dim() == 1 else target.reshape(-1)), None
+        else:
+            labels, target_rows = None, (target if target.dim() == 2 else target.view(-1, target.shape[-1]))
+        mask = loss_mask.reshape(-1).view(torch.uint8) if loss_mask is not None else None
+        grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
+        result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
+        return result, (grad if grad is not None else logits.new_empty(0))
+    # First call of this key (or a key that cannot have a template): check, plan, run, keep the template.
+    from .api import plan_problem
+
+    problem = _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+                       ignore_index)
+    if validate or not logits.is_cuda:  # on the CPU (the interpreter) the check costs no device sync
+        problem.check_labels_on_host()
+    plan = plan_problem(problem, variant, block_size, num_warps, json.loads(options) if options else {})
+    result, grad = plan.run()
+    if template is False and not _capturing(logits):
+        TEMPLATES.put(key, make_template(problem, plan))
+    return result, (grad if grad is not None else logits.new_empty(0))
+
+
+def _capturing(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+_LIBRARY.impl("forward_backward", _forward_backward, "CUDA")
+_LIBRARY.impl("forward_backward", _forward_backward, "CPU")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::forward_backward")
+def _forward_backward_fake(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss,
+                           target_format, ignore_index, variant, block_size, num_warps, options, validate):
+    # The same argument checks as a real call (metadata only), so a bad call fails when torch.compile traces it.
+    _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+             ignore_index)
+    grad = logits.new_empty(logits.shape) if compute_grad else logits.new_empty(0)
+    return logits.new_empty((), dtype=torch.float32), grad
+
+
+@triton.jit
+def scale_gradient_kernel(grad_ptr, scale_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    """grad *= scale in place, persistent over the tensor; every program returns at once when scale == 1."""
+    scale = tl.load(scale_ptr).to(tl.float32)
+    if scale != 1.0:
+        offsets = tl.arange(0, BLOCK_SIZE)
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK_SIZE, n_elements, tl.num_programs(0) * BLOCK_SIZE):
+            in_range = offsets < n_elements - start
+            values = tl.load(grad_ptr + start + offsets, mask=in_range)
+            tl.store(grad_ptr + start + offsets, (values.to(tl.float32) * scale).to(values.dtype), mask=in_range)
+
+
+SCALE_BLOCK = 4096
+SCALE_PROGRAMS_PER_SM = 4
+_SCALE_LAUNCHES: dict[tuple, object] = {}  # (numel, dtypes, device, alignment) -> direct launch
+
+
+def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
+    if grad.numel() == 0:
+        return
+    if not grad.is_contiguous():
+        raise ValueError("scale_gradient_ needs a contiguous gradient (kernels' gradients are)")
+    scale = scale.reshape(())
+    key = (grad.numel(), grad.dtype, grad.device, grad.data_ptr() % 16 == 0, scale.dtype, scale.device,
+           scale.data_ptr() % 16 == 0)
+    direct = _SCALE_LAUNCHES.get(key)
+    if direct is not None:
+        direct([grad, scale], torch._C._cuda_getCurrentRawStream(grad.device.index))
+        return
+    sms = torch.cuda.get_device_properties(grad.device).multi_processor_count if grad.is_cuda else 1
+    programs = max(1, min(triton.cdiv(grad.numel(), SCALE_BLOCK), SCALE_PROGRAMS_PER_SM * sms))
+    launch = Launch("scale_gradient", scale_gradient_kernel, (programs,),
+                    dict(grad_ptr=grad, scale_ptr=scale, n_elements=grad.numel()), dict(BLOCK_SIZE=SCALE_BLOCK),
+                    num_warps=4)
+    launch()
+    if can_launch_directly(grad.device):
+        _SCALE_LAUNCHES[key] = direct_launch(launch, {id(grad): 0, id(scale): 1})
+
+
+_LIBRARY.impl("scale_gradient_", _scale_gradient_, "CUDA")
+_LIBRARY.impl("scale_gradient_", _scale_gradient_, "CPU")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::scale_gradient_")
+def _scale_gradient_fake(grad, scale):
+    return None
+
+
+forward_backward = torch.ops.fused_loss.forward_backward.default
+scale_gradient_ = torch.ops.fused_loss.scale_gradient_.default
+
+
+def _no_python_modes() -> bool:
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+    except ImportError:  # this torch does not say: take the operator
+        return False
+    return _get_current_dispatch_mode() is None and not torch._C._is_torch_function_mode_enabled()
+
+
+def _plain_eager(*tensors) -> bool:
+    return (all(t is None or type(t) is torch.Tensor for t in tensors) and not torch.compiler.is_compiling()
+            and _no_python_modes())
+
+
+def call_scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
+    """``scale_gradient_`` as the autograd backward calls it (directly in plain eager mode, like below)."""
+    (_scale_gradient_ if _plain_eager(grad, scale) else scale_gradient_)(grad, scale)
+
+
+def call_forward_backward(logits, target, loss_mask, grad_output_tensor, *options):
+    """``forward_backward`` as the public functions call it. In plain eager mode (no torch.compile trace, no
+    dispatch or function mode, no tensor subclass) the operator's implementation is called directly: the
+    dispatcher boxes its 14 arguments and costs about 28 us per call on the H100 machine, more than the kernels'
+    host work; everything else (tracing, FakeTensor, torch.export, profilers' modes) goes through the operator."""
+    if _plain_eager(logits, target, loss_mask, grad_output_tensor):
+        return _forward_backward(logits, target, loss_mask, grad_output_tensor, *options)
+    return forward_backward(logits, target, loss_mask, grad_output_tensor, *options)

@@ -1,0 +1,180 @@
+"""The losses as PyTorch operators (kernels.ops): opcheck, torch.compile(fullgraph=True), no host sync, autograd edges.
+
+On CPU the kernels run under the Triton interpreter; torch.compile uses backend="eager" (Dynamo's trace, no
+Inductor). The GPU counterparts (Inductor, CUDA graphs, sync debug mode) are in tests/test_gpu_operators.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import kernels
+from kernels import ops
+from conftest import LOSS_FORMATS, TOLERANCE
+
+LOSS_IDS = [f"{loss}-{fmt}" for loss, fmt in LOSS_FORMATS]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def make_inputs(gen, shape, dtype, fmt, device):
+    logits = (torch.randn(shape, generator=gen) * 2).to(dtype).to(device)
+    if fmt == "labels":
+        target = torch.randint(0, shape[-1], shape[:-1], generator=gen).to(device)
+        target.view(-1)[1] = -100
+    else:
+        target = (torch.randn(shape, generator=gen) * 2).to(dtype).to(device)
+    return logits, target
+
+
+def rel_err(value, reference):
+    value, reference = value.double(), reference.double()
+    return float((value - reference).norm() / reference.norm().clamp(min=1e-30))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_opcheck(loss, fmt, dtype, gen, device):
+    logits, target = make_inputs(gen, (2, 3, 40), dtype, fmt, device)
+    mask = torch.tensor([[True, False, True]] * 2, device=device)
+    for args in (
+        (logits, target, None, None, 1.0, True, loss, fmt, -100, "auto", None, None, "", False),
+        (logits, target, mask, torch.tensor(0.5, device=device), 0.0, True, loss, fmt, -100, "split_row", 16, 2,
+         '{"cooperative": false}', False),
+        (logits, target, None, None, 0.0, False, loss, fmt, -100, "fused", 16, 1, "", False),
+    ):
+        torch.library.opcheck(ops.forward_backward, args)
+    grad = torch.randn(4, 70, generator=gen).to(dtype).to(device)
+    torch.library.opcheck(ops.scale_gradient_, (grad, torch.tensor(0.25, device=device)))
+
+
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_fullgraph_compile_matches_eager(loss, fmt, gen, device, oracle):
+    """torch.compile(fullgraph=True) traces the loss with no graph break (Dynamo raises on one): the loss function
+    compiled and its backward run by AOTAutograd, and, where Dynamo can trace ``.backward()`` itself
+    (``trace_autograd_ops``, torch >= 2.12), the whole step."""
+    logits, target = make_inputs(gen, (6, 90), torch.float32, fmt, device)
+    mask = torch.tensor([True, True, False, True, True, True], device=device)
+
+    def loss_fn(x, t, m):
+        return kernels.entropy_loss(x, t, loss=loss, target_format=fmt, loss_mask=m)
+
+    def step(x, t, m):
+        value = loss_fn(x, t, m)
+        value.backward()
+        return value.detach()
+
+    def forward_backward(x, t, m):
+        return kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt, loss_mask=m, grad_output=0.5)
+
+    eager_x = logits.clone().requires_grad_(True)
+    eager = step(eager_x, target, mask)
+    oracle.check(logits, target, (eager, eager_x.grad), loss=loss, target_format=fmt, loss_mask=mask)
+    torch._dynamo.reset()
+    compiled_x = logits.clone().requires_grad_(True)
+    compiled = torch.compile(loss_fn, fullgraph=True, backend="eager")(compiled_x, target, mask)
+    compiled.backward()
+    assert rel_err(compiled, eager) <= TOLERANCE[torch.float32]
+    assert rel_err(compiled_x.grad, eager_x.grad) <= TOLERANCE[torch.float32]
+    if hasattr(torch._dynamo.config, "trace_autograd_ops"):
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            step_x = logits.clone().requires_grad_(True)
+            stepped = torch.compile(step, fullgraph=True, backend="eager")(step_x, target, mask)
+        assert rel_err(stepped, eager) <= TOLERANCE[torch.float32]
+        assert rel_err(step_x.grad, eager_x.grad) <= TOLERANCE[torch.float32]
+
+    c_loss, c_grad = torch.compile(forward_backward, fullgraph=True, backend="eager")(logits, target, mask)
+    e_loss, e_grad = forward_backward(logits, target, mask)
+    assert rel_err(c_loss, e_loss) <= TOLERANCE[torch.float32] and rel_err(c_grad, e_grad) <= TOLERANCE[torch.float32]
+
+
+_CONVERSIONS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu")
+
+
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_default_call_converts_no_tensor_to_python(loss, fmt, gen, device, monkeypatch):
+    """A tensor -> Python value in the call path (what syncs with a GPU) fails the test: every conversion method
+    raises when called from the project's own code. (Triton's interpreter reads tensors itself; it is not ours.)
+    The first call of a shape is allowed its setup (it may read the tuning table): the second is checked."""
+    logits, target = make_inputs(gen, (4, 80), torch.bfloat16, fmt, device)
+    mask = torch.tensor([True, False, True, True], device=device)
+    kernels.entropy_loss_forward_backward(logits, target, loss=loss, target_format=fmt, loss_mask=mask)
+    if fmt == "labels":  # the CPU path checks labels on the host (no device to sync with): take it out here
+        monkeypatch.setattr(kernels.problem.Problem, "check_labels_on_host", lambda self: None)
+
+    def guard(name, original):
+        def method(self, *args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller == "kernels" or caller.startswith("kernels."):
+                raise AssertionError(f"{caller} converted a tensor to a Python value with Tensor.{name}")
+            return original(self, *args, **kwargs)
+
+        return method
+
+    for name in _CONVERSIONS:
+        monkeypatch.setattr(torch.Tensor, name, guard(name, getattr(torch.Tensor, name)))
+    value, grad = kernels.entropy_loss_forward_backward(logits, target, loss=loss, target_format=fmt, loss_mask=mask,
+                                                        grad_output=torch.tensor(0.5, device=device))
+    x = logits.clone().requires_grad_(True)
+    kernels.entropy_loss(x, target, loss=loss, target_format=fmt, loss_mask=mask).backward()
+    monkeypatch.undo()
+    assert torch.isfinite(value) and grad.shape == logits.shape and x.grad is not None
+
+
+def test_grad_output_tensor_is_read_on_the_device(gen, device, oracle):
+    logits, target = make_inputs(gen, (5, 64), torch.float32, "logits", device)
+    value, grad = kernels.entropy_loss_forward_backward(logits, target, loss="forward_kl", target_format="logits",
+                                                        grad_output=torch.tensor([0.25], device=device))
+    ref_loss, ref_grad = kernels.reference.entropy_loss_forward_backward(logits, target, loss="forward_kl",
+                                                                          target_format="logits", grad_output=0.25)
+    assert rel_err(value, ref_loss) <= 1e-5 and rel_err(grad, ref_grad) <= 1e-5
+
+
+def test_backward_scales_by_the_incoming_gradient(gen, device):
+    logits, target = make_inputs(gen, (5, 64), torch.float32, "labels", device)
+    x = logits.clone().requires_grad_(True)
+    (kernels.entropy_loss(x, target) * 3.0).backward()
+    reference_x = logits.double().requires_grad_(True)
+    (kernels.reference.entropy_loss(reference_x, target) * 3.0).backward()
+    assert rel_err(x.grad, reference_x.grad) <= 1e-5
+
+
+def test_learnable_target_is_refused_not_dropped(gen, device):
+    logits, target = make_inputs(gen, (3, 40), torch.float32, "logits", device)
+    teacher = target.clone().requires_grad_(True)
+    with pytest.raises(ValueError, match="target requires grad"):
+        kernels.entropy_loss(logits.requires_grad_(True), teacher, loss="reverse_kl", target_format="logits")
+    with torch.no_grad():  # no autograd: nothing to drop
+        kernels.entropy_loss(logits, teacher, loss="reverse_kl", target_format="logits")
+
+
+def test_double_backward_raises(gen, device):
+    logits, target = make_inputs(gen, (3, 40), torch.float32, "labels", device)
+    x = logits.clone().requires_grad_(True)
+    value = kernels.entropy_loss(x, target)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(value, x, create_graph=True)
+
+
+def test_out_of_range_labels(gen, device):
+    """validate=True: a ValueError before any launch. Without it the device poisons the loss and gradient with NaN
+    (prepare() runs the kernels without any host check, as a GPU call does); never a finite wrong number."""
+    logits, target = make_inputs(gen, (4, 50), torch.float32, "labels", device)
+    target[2] = 50
+    with pytest.raises(ValueError, match=r"must lie in \[0, 50\)"):
+        kernels.entropy_loss_forward_backward(logits, target, validate=True)
+    value, grad = kernels.prepare(logits, target, variant="fused", block_size=64).run()
+    counted = target != -100  # make_inputs ignores row 1: its gradient is 0 whatever the other labels
+    assert torch.isnan(value) and torch.isnan(grad[counted]).all() and not grad[~counted].any()
+    target[2] = -100  # ignore_index is fine anywhere
+    value, grad = kernels.prepare(logits, target, variant="fused", block_size=64).run()
+    assert torch.isfinite(value) and torch.isfinite(grad).all()
+
+
+def test_empty_batch_gives_zero_loss(device):
+    logits = torch.randn(0, 30, device=device)
+    value, grad = kernels.entropy_loss_forward_backward(logits, torch.zeros(0, dtype=torch.long, device=device))
+    assert float(value) == 0.0 and grad.shape == (0, 30)
