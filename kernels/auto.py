@@ -1,6 +1,6 @@
 """Variant "auto", and split_row's default configuration: the fastest measured choice from a committed table.
 
-The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.tuning`` from H100 sweeps) holds,
+On a GPU, ``auto`` runs the first-call search of :mod:`kernels.autotune`, seeded with this table's entry. The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.tuning`` from H100 sweeps) holds,
 per (loss, target_format, dtype, vocab) and project variant, that variant's best (block_size,
 num_warps, options). ``auto`` runs the fastest variant's entry; ``split_row`` called without a
 configuration runs its own entry. A shape that is not in the table takes the entry of the nearest
@@ -67,15 +67,23 @@ def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int, v
 
 
 def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None, **options) -> Choice:
-    """What ``variant`` runs for this problem: the tuning table's entry on a GPU it knows, when the
-    caller gave no configuration (block size, warps or options); otherwise the caller's settings
-    (auto: split_row's)."""
+    """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
+    for ``auto`` on a GPU the first-call search of :mod:`kernels.autotune` (seeded with the tuning table's entry),
+    for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
         choice = table_choice(
             load_tuning_table(torch.cuda.get_device_name(device)), problem.loss, problem.target_format,
             _dtype_name(problem.logits.dtype), problem.n_cols, None if variant == "auto" else variant,
         )
+        if variant == "auto":
+            from . import autotune
+            from .api import PLANNERS
+
+            searched = autotune.choose(problem, choice, PLANNERS)
+            if searched is not None:
+                found_variant, found_block, found_warps, found_options, source = searched
+                return Choice(found_variant, found_block, found_warps, dict(found_options), source=source)
         if choice is not None:
             return choice
     return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)

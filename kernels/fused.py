@@ -16,14 +16,20 @@ from .launch import Launch, Plan
 from .prologue import prologue_launch
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
+    body_offset,
+    combine_statistics,
     finish_program,
+    gradient_from_summary,
+    load_edge,
     label_logit,
     load_scales,
     load_tiles,
     lse_difference,
     row_loss,
     row_statistics,
+    rescale,
     row_losses_ptr,
+    row_peel,
     row_validity,
     tile_gradient,
     tile_statistics,
@@ -49,12 +55,18 @@ def fused_loss_kernel(
     COMPUTE_GRAD: tl.constexpr,
     SINGLE_TILE: tl.constexpr,  # the row fits in one tile: no loop, no re-read
     BLOCK_SIZE: tl.constexpr,
+    PEEL: tl.constexpr = False,  # rows not 16-byte aligned: 16-byte body plus a scalar head/tail tile (row_peel)
+    VEC: tl.constexpr = 8,  # elements per 16 bytes
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
     g_row = grad_ptr + row * n_cols
+    head, body = row_peel(row * logits_stride, n_cols, PEEL, VEC)
+    x_body = logits_ptr + body_offset(row * logits_stride, head, PEEL, VEC)
+    t_body = target_ptr + body_offset(row * target_stride, head, PEEL, VEC)
+    g_body = grad_ptr + body_offset(row * n_cols, head, PEEL, VEC)
     loss_rows_ptr = row_losses_ptr(ws_ptr)
     loss_scale, grad_scale = load_scales(ws_ptr)
 
@@ -63,17 +75,39 @@ def fused_loss_kernel(
         x_label = label_logit(x_row, label, n_cols, LOSS)
         if SINGLE_TILE:
             # The whole row is one tile: keep it (and its exponentials) in registers.
-            x2, t2 = load_tiles(x_row, t_row, cols, n_cols, LOSS)
+            x2, t2 = load_tiles(x_body, t_body, cols, body, LOSS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
-            loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
+            if PEEL:
+                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, LOSS, VEC)
+                em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
+                r_m_x, r_s_x, r_m_t, r_s_t, r_acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t,
+                                                                       es_t, eacc, LOSS)
+            else:
+                r_m_x, r_s_x, r_m_t, r_s_t, r_acc = m_x, s_x, m_t, s_t, acc
+            loss = row_loss(r_m_x, r_s_x, r_m_t, r_s_t, r_acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
             if COMPUTE_GRAD:
-                lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
-                grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols, label, lse_diff2, loss, LOSS)
-                tl.store(g_row + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < n_cols)
+                lse_diff2 = lse_difference(r_m_x, r_s_x, r_m_t, r_s_t)
+                if PEEL:  # the tile's exponentials were taken against its own maxima: move them onto the row's
+                    q_factor = rescale(m_x, r_m_x) / r_s_x
+                    p_factor = rescale(m_t, r_m_t) / r_s_t
+                else:
+                    q_factor = 1.0 / s_x
+                    p_factor = 1.0 / s_t
+                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols + head, label, lse_diff2, loss, LOSS)
+                tl.store(g_body + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < body)
+                if PEEL:
+                    egrad = gradient_from_summary(ex2, et2, r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2, ecols, label, loss,
+                                                  LOSS)
+                    tl.store(g_row + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty), mask=evalid)
         else:
             # Pass 1: online statistics over the tiles.
-            m_x, s_x, m_t, s_t, acc = row_statistics(x_row, t_row, cols, n_cols, LOSS, BLOCK_SIZE)
+            m_x, s_x, m_t, s_t, acc = row_statistics(x_body, t_body, cols, body, LOSS, BLOCK_SIZE)
+            if PEEL:
+                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, LOSS, VEC)
+                em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
+                m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t, eacc,
+                                                             LOSS)
             loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS)
             tl.store(loss_rows_ptr + row, loss * loss_scale)
             if COMPUTE_GRAD:
@@ -81,24 +115,31 @@ def fused_loss_kernel(
                 # row_math.gradient_from_summary: Triton 3.6 compiles that form of this loop differently for
                 # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
                 lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
-                for start in range(0, n_cols, BLOCK_SIZE):
-                    x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
+                for start in range(0, body, BLOCK_SIZE):
+                    x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
                     grad = tile_gradient(
-                        e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols + start, label, lse_diff2, loss, LOSS
+                        e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols + start + head, label, lse_diff2, loss, LOSS
                     )
                     tl.store(
-                        g_row + start + cols,
+                        g_body + start + cols,
                         (grad * grad_scale).to(grad_ptr.dtype.element_ty),
-                        mask=cols < n_cols - start,
+                        mask=cols < body - start,
                     )
+                if PEEL:
+                    egrad = gradient_from_summary(ex2, et2, m_x, s_x, m_t, s_t, lse_diff2, ecols, label, loss, LOSS)
+                    tl.store(g_row + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty), mask=evalid)
     else:
         tl.store(loss_rows_ptr + row, 0.0)
         if COMPUTE_GRAD:
             zeros = tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty)
-            for start in range(0, n_cols, BLOCK_SIZE):
-                tl.store(g_row + start + cols, zeros, mask=cols < n_cols - start)
+            for start in range(0, body, BLOCK_SIZE):
+                tl.store(g_body + start + cols, zeros, mask=cols < body - start)
+            if PEEL:
+                edge = tl.arange(0, 2 * VEC)
+                ecols = tl.where(edge < head, edge, body + edge)
+                tl.store(g_row + ecols, tl.zeros([2 * VEC], dtype=grad_ptr.dtype.element_ty), mask=ecols < n_cols)
     finish_program(ws_ptr, loss_ptr, n_rows)
 
 
@@ -130,6 +171,7 @@ def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, l
         fn=fused_loss_kernel,
         grid=(problem.n_rows,),
         args=problem.loss_args(workspace, loss, grad),
-        constexprs=dict(problem.loss_constexprs(), SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size),
+        constexprs=dict(problem.loss_constexprs(), SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size,
+                        **problem.peel_constexprs()),
         num_warps=num_warps,
     )

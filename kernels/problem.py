@@ -89,6 +89,20 @@ class Problem:
     def loss_constexprs(self) -> dict:
         return dict(LOSS=self.loss_code, HAS_MASK=self.mask is not None, COMPUTE_GRAD=self.compute_grad)
 
+    def peel_constexprs(self) -> dict:
+        """PEEL/VEC for kernels that split rows into a 16-byte body and a scalar head/tail (row_math.row_peel):
+        on when Triton cannot prove 16-byte alignment itself (n_cols or a row stride not a multiple of 16) and every
+        row of logits, target and gradient starts at the same offset within 16 bytes (equal strides modulo a
+        16-byte vector), so one split serves them all; bases must be 16-byte aligned for it to pay."""
+        vec = 16 // self.logits.element_size()
+        strides = [self.logits.stride(0), self.n_cols] + ([self.target.stride(0)] if self.target is not None else [])
+        tensors = [self.logits] + ([self.target] if self.target is not None else [])
+        misaligned = any(value % 16 for value in strides)
+        congruent = len({value % vec for value in strides}) == 1
+        aligned_bases = all(t.data_ptr() % 16 == 0 for t in tensors) and (
+            self.target is None or self.target.element_size() == self.logits.element_size())
+        return dict(PEEL=bool(misaligned and congruent and aligned_bases and self.n_cols >= vec), VEC=vec)
+
     def check_labels_on_host(self) -> None:
         """The opt-in validation (``validate=True``): a ValueError for labels outside [0, n_cols) that are not
         ignore_index, before any launch. Costs one device->host sync; the default path checks on the device."""

@@ -101,6 +101,48 @@ def load_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr):
 
 
 @triton.jit
+def row_peel(row_offset, n_cols, PEEL: tl.constexpr, VEC: tl.constexpr):
+    """(head, body) of a row that starts ``row_offset`` elements after a 16-byte-aligned base.
+
+    With PEEL, the first ``head`` (< VEC) columns come before the row's first 16-byte boundary and the next
+    ``body`` columns are whole 16-byte vectors (``body`` a multiple of VEC, declared so to the compiler); the
+    last ``n_cols - head - body`` (< VEC) columns are the tail. Head and tail go through one small scalar tile
+    (:func:`load_edge`), the body through 16-byte loads and stores. A vocab like 50257 (a bf16 row of 100,514
+    bytes) otherwise makes every access scalar: Triton proves 16-byte alignment only for values divisible by 16.
+    Without PEEL: (0, n_cols), the code as before."""
+    if PEEL:
+        head = ((VEC - row_offset % VEC) % VEC).to(tl.int32)
+        head = tl.minimum(head, n_cols)
+        body = tl.multiple_of(((n_cols - head) // VEC) * VEC, VEC)
+    else:
+        head = 0
+        body = n_cols
+    return head, body
+
+
+@triton.jit
+def body_offset(row_offset, head, PEEL: tl.constexpr, VEC: tl.constexpr):
+    """Element offset of a row's body: a multiple of VEC with PEEL (16-byte aligned), for the compiler too."""
+    offset = row_offset + head
+    if PEEL:
+        offset = tl.multiple_of(offset, VEC)
+    return offset
+
+
+@triton.jit
+def load_edge(x_row, t_row, head, body, n_cols, LOSS: tl.constexpr, VEC: tl.constexpr):
+    """A row's head and tail columns (see :func:`row_peel`) as one tile of 2 * VEC lanes: (x2, t2, cols, valid)."""
+    lanes = tl.arange(0, 2 * VEC)
+    cols = tl.where(lanes < head, lanes, body + lanes)
+    valid = cols < n_cols
+    x2 = base2(tl.load(x_row + cols, mask=valid, other=float("-inf")))
+    t2 = x2
+    if LOSS != CE_LABELS:
+        t2 = base2(tl.load(t_row + cols, mask=valid, other=float("-inf")))
+    return x2, t2, cols, valid
+
+
+@triton.jit
 def row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS: tl.constexpr, HAS_MASK: tl.constexpr):
     """(valid, label): whether the row enters the loss (label != ignore_index, mask set) and its label."""
     valid = row >= 0  # a run-time "true", so `valid` is always a tensor

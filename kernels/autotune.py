@@ -1,0 +1,151 @@
+"""Variant "auto" on any shape and any GPU: a short timed search at the first call of a shape class, kept on disk.
+
+The committed tuning table (``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU.
+Users train at 32000, 50257, 128256, 151936, 256000 columns, at many token counts, on other GPUs; the table's
+nearest power of two was up to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk size that is
+right at 65536 columns). So the first call of a *shape class* (loss, target format, dtype, vocab, token count
+rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
+tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel
+at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K), keeps the fastest, and
+writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU model and
+Triton version. Later calls, and later processes, read the choice: one dictionary lookup, no timing, no sync.
+
+The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
+milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
+under the interpreter or with ``FUSED_LOSS_AUTOTUNE=0``: those calls take the table's entry (or the heuristic).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from .problem import Problem
+
+CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
+_MEMORY: dict[tuple, dict] = {}
+_LOCK = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("FUSED_LOSS_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_file(gpu_name: str) -> Path:
+    import triton
+
+    from perfutils.measure.records import gpu_slug
+
+    root = Path(os.environ.get("FUSED_LOSS_CACHE_DIR") or Path.home() / ".cache" / "fused-loss-kernels")
+    return root / gpu_slug(gpu_name) / f"triton-{triton.__version__}.json"
+
+
+def shape_class(problem: Problem) -> str:
+    """What a choice is valid for: the vocab exactly (chunking depends on it), tokens up to the next power of two."""
+    tokens = 1 << max(9, math.ceil(math.log2(max(problem.n_rows, 1))))
+    dtype = str(problem.logits.dtype).removeprefix("torch.")
+    return (f"{problem.loss}/{problem.target_format}/{dtype}/vocab={problem.n_cols}/tokens<={tokens}"
+            f"/mask={problem.mask is not None}/grad={problem.compute_grad}")
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, key: str, entry: dict) -> None:
+    """Read-merge-replace, atomically (ranks of one job may search at once: the last writer wins per key)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        merged = _read(path)
+        merged[key] = entry
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(handle, "w") as file:
+            json.dump(merged, file, indent=1, sort_keys=True)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # an unwritable cache costs a search per process, never a wrong result
+
+
+def candidates(problem: Problem, seed) -> list[tuple[str, int, int, dict]]:
+    """(variant, block_size, num_warps, options) to time, the table's entry (``seed``) first."""
+    n_cols = problem.n_cols
+    row_tile = min(32768, 1 << max(4, math.ceil(math.log2(n_cols))))
+    found = []
+    if seed is not None:
+        found.append((seed.variant, seed.block_size, seed.num_warps, dict(seed.options)))
+    if n_cols <= 65536:  # one program per row walking its tiles (the fused kernel's loop), tile up to the row
+        for tile in sorted({row_tile, max(16, row_tile // 2)}, reverse=True):
+            warps = max(4, min(32, tile // 1024))
+            found.append(("split_row", tile, warps, {"split": False}))
+    for chunk, warps in ((4096, 4), (8192, 4), (2048, 4), (8192, 8)):  # split rows, lagged exchange
+        if chunk < n_cols:
+            found.append(("split_row", chunk, warps, {}))
+    unique = []
+    for item in found:
+        if item not in unique:
+            unique.append(item)
+    return unique
+
+
+def _time_plan(plan, repeats: int) -> float:
+    plan.run()  # compiles; its result is discarded
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        plan.run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def choose(problem: Problem, seed, planners: dict):
+    """The fastest candidate for this shape class: from memory, from the disk cache, or timed now. Returns
+    ``(variant, block_size, num_warps, options, source)`` or None (search not possible here: use the seed)."""
+    device = problem.logits.device
+    gpu_name = torch.cuda.get_device_name(device)
+    key = shape_class(problem)
+    memory_key = (gpu_name, key)
+    entry = _MEMORY.get(memory_key)
+    if entry is None:
+        path = cache_file(gpu_name)
+        entry = _read(path).get(key)
+        if entry is None:
+            if not enabled() or torch.cuda.is_current_stream_capturing() or problem.n_rows == 0:
+                return None
+            with _LOCK:
+                entry = _search(problem, seed, planners)
+            if entry is None:
+                return None
+            _write(path, key, entry)
+        _MEMORY[memory_key] = entry
+    return entry["variant"], entry["block_size"], entry["num_warps"], entry["options"], entry["source"]
+
+
+def _search(problem: Problem, seed, planners: dict) -> dict | None:
+    timed = []
+    for variant, block_size, num_warps, options in candidates(problem, seed):
+        try:
+            plan = planners[variant](problem, block_size, num_warps, **options)
+            ms = _time_plan(plan, CANDIDATE_REPEATS)
+        except Exception as error:  # a candidate that cannot run here (resources, refusal) is skipped
+            timed.append({"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options,
+                          "error": f"{type(error).__name__}: {error}"[:200]})
+            continue
+        timed.append({"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options,
+                      "ms": ms})
+    ok = [entry for entry in timed if "ms" in entry]
+    if not ok:
+        return None
+    best = min(ok, key=lambda entry: entry["ms"])
+    return {**best, "source": "first-call search", "candidates": timed}
