@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from perfutils.occupancy import occupancy_of_compiled
+from perfutils.model.occupancy import occupancy_of_compiled
 from perfutils.records import write_table
 
 COLUMNS = ["ceiling", "value", "unit", "ms_median", "ms_p20", "ms_p80", "bytes", "ops", "params",

@@ -170,7 +170,7 @@ def collect_metadata(
     except Exception as exc:
         errors["triton"] = f"{type(exc).__name__}: {exc}"
     try:  # register counts (and speed) depend on the ptxas version, not only on Triton's
-        from .registers import ptxas_in_use
+        from .model.cuda_tools import ptxas_in_use
 
         meta.update(ptxas_in_use())
     except Exception as exc:

@@ -19,7 +19,7 @@ def check(configs, tokens: int = 64) -> pd.DataFrame:
     import torch
 
     import kernels
-    from perfutils.occupancy import driver_blocks_per_sm, occupancy_of_compiled
+    from perfutils.model.occupancy import driver_blocks_per_sm, occupancy_of_compiled
 
     rows = []
     cc = torch.cuda.get_device_capability()

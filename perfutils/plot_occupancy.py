@@ -16,8 +16,8 @@ import numbers
 
 import pandas as pd
 
-from perfutils.hardware import sm_limits
-from perfutils.occupancy import LIMITER_NAMES, Occupancy, occupancy, occupancy_of_counts
+from perfutils.model.hardware import sm_limits
+from perfutils.model.occupancy import LIMITER_NAMES, Occupancy, occupancy, occupancy_of_counts
 
 __all__ = [
     "LIMITER_COLORS",

@@ -20,9 +20,9 @@ import time
 
 import pandas as pd
 
-from perfutils.occupancy import occupancy_of_counts
+from perfutils.model.occupancy import occupancy_of_counts
 from perfutils.records import error_text
-from perfutils.registers import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
+from perfutils.model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
 
 __all__ = [
     "CONFIG_KEYS",
@@ -66,7 +66,7 @@ def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", w
     import torch
 
     import kernels
-    from perfutils.registers import compile_launch
+    from perfutils.model.offline_compile import compile_launch
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     generator = torch.Generator().manual_seed(0)

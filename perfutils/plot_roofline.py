@@ -20,7 +20,7 @@ import math
 import pandas as pd
 
 from perfutils.figures import caption
-from perfutils.roofline import Ceilings, loss_cost, place
+from perfutils.model.roofline import Ceilings, loss_cost, place
 
 __all__ = [
     "VARIANT_ORDER",
@@ -127,7 +127,7 @@ def roofline_table(df: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     if not {"flops", "bytes", "transcendentals"} <= set(df.columns):
         df = with_costs(df)
     _check_frame(df, ["ms_median", "flops", "bytes", "transcendentals"])
-    from perfutils.roofline import KernelCost
+    from perfutils.model.roofline import KernelCost
 
     out = df.copy()
     placements = [place(KernelCost(bytes=float(b), flops=float(f), transcendentals=float(t)), float(ms) / 1e3, ceilings)

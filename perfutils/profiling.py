@@ -277,7 +277,7 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
     us_per_step, pct_of_device, ms_median = device ms per step; for Triton kernels also their
     registers and occupancy. ``variant`` is the kernels variant or torch_eager / torch_eager_fp32.
     """
-    from .roofline import loss_cost
+    from .model.roofline import loss_cost
     from .sweep import TOLERANCE
     from .timing import rel_err
 
@@ -482,7 +482,7 @@ def _predicted_limits(stats: Mapping[str, Any], num_warps: int | None, cc) -> di
            "pred_limit_blocks": None}
     if stats.get("n_regs") is None or stats.get("shared_bytes") is None or not num_warps:
         return out
-    from .occupancy import occupancy_of_counts
+    from .model.occupancy import occupancy_of_counts
 
     occ = occupancy_of_counts(int(stats["n_regs"]), int(stats["shared_bytes"]), int(num_warps), cc or (9, 0))
     for name, key in (("registers", "pred_limit_registers"), ("shared_memory", "pred_limit_shared_mem"),
@@ -527,7 +527,7 @@ def ncu_rows(parsed: pd.DataFrame, predictions: Sequence[Mapping[str, Any]], *, 
         row.update(_predicted_limits(prediction, prediction.get("num_warps"), cc))
         shared = [row.get("ncu_shared_dynamic_bytes"), row.get("ncu_shared_static_bytes")]
         if row.get("ncu_registers") is not None and prediction.get("num_warps") and all(s is not None for s in shared):
-            from .occupancy import occupancy_of_counts
+            from .model.occupancy import occupancy_of_counts
 
             try:  # the same calculator fed with ncu's own counts
                 occ = occupancy_of_counts(int(row["ncu_registers"]), int(sum(shared)), int(prediction["num_warps"]),

@@ -671,7 +671,7 @@ class GpuMeasurer:
             raise TypeError(f"GpuMeasurer: spec must be a SweepSpec (use load_config), got {type(spec).__name__}")
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("the sweep measures on a CUDA GPU and none is available (use --dry-run to list the configurations)")
-        from .registers import pin_bundled_ptxas
+        from .model.cuda_tools import pin_bundled_ptxas
 
         pin_bundled_ptxas()  # one ptxas for the whole run, whatever torch.compile does later
         self.spec = spec
@@ -906,13 +906,13 @@ class GpuMeasurer:
             compiled = getattr(launch, "compiled", None)
             if compiled is not None:
                 try:
-                    from .registers import counts_from_compiled
+                    from .model.compiled_kernel import counts_from_compiled
 
                     entry.update(counts_from_compiled(compiled))
                 except Exception as exc:
                     problems.append(f"{entry['name']} registers: {error_text(exc, 200)}")
                 try:
-                    from .occupancy import occupancy_of_compiled
+                    from .model.occupancy import occupancy_of_compiled
 
                     occ = occupancy_of_compiled(compiled, self.cc)
                     limiter = getattr(occ, "limiter", None) or "+".join(sorted(occ.limiters))
@@ -947,6 +947,6 @@ def _torch_dtype(name: str) -> Any:
 
 
 def _roofline_bytes(loss: str, target_format: str, tokens: int, vocab: int, dtype_bytes: int) -> int:
-    from .roofline import loss_cost
+    from .model.roofline import loss_cost
 
     return int(loss_cost(loss, target_format, tokens, vocab, dtype_bytes).bytes)

@@ -561,14 +561,14 @@ def kernel_stats(compiled: Any, cc: tuple[int, int] | None = None) -> dict[str, 
         return stats
     problems = []
     try:
-        from .registers import counts_from_compiled
+        from .model.compiled_kernel import counts_from_compiled
 
         counts = counts_from_compiled(compiled)
         stats.update({k: counts.get(k) for k in ("n_regs", "spill_bytes", "shared_bytes")})
     except Exception as exc:  # a missing attribute in another Triton version must not lose the timing
         problems.append(f"registers: {type(exc).__name__}: {exc}")
     try:
-        from .occupancy import occupancy_of_compiled
+        from .model.occupancy import occupancy_of_compiled
 
         occ = occupancy_of_compiled(compiled, cc)
         stats.update(occupancy=float(occ.occupancy), blocks_per_sm=int(occ.blocks_per_sm), limiter=occ.limiter or None)

@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import perfutils.ceilings as ceilings  # noqa: E402
-from perfutils.roofline import ceilings_from_records  # noqa: E402
+from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 
 # The interpreter turns a runtime loop bound into an int via a 1-element array (NumPy warns).
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")

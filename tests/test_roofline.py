@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.hardware import DEVICE_SPECS, lookup_device  # noqa: E402
-from perfutils.roofline import (  # noqa: E402
+from perfutils.model.hardware import DEVICE_SPECS, lookup_device  # noqa: E402
+from perfutils.model.roofline import (  # noqa: E402
     Ceilings,
     KernelCost,
     ceilings_from_datasheet,

@@ -1,5 +1,7 @@
 """A separate Python process that compiles Triton kernels for sm_90, so the compiler never sees this one's state.
 
+Started as ``python -m perfutils.model.compile_worker`` by :func:`perfutils.model.offline_compile.compile_offline`.
+
 Why a process: ``TRITON_INTERPRET=1`` (the CPU tests, the notebooks' correctness cells) makes Triton patch
 ``triton.language`` while a kernel runs, and Triton 3.6 leaves some of those patches in place after a
 device-function call (``InterpretedFunction.__call__`` patches ``triton.language.core`` and never restores
@@ -82,7 +84,7 @@ class CompileWorker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         process = subprocess.Popen(
-            [sys.executable, "-m", "perfutils.compile_worker"],
+            [sys.executable, "-m", "perfutils.model.compile_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=os.getcwd(),
         )
         _send(process.stdin, list(sys.path))
@@ -91,7 +93,7 @@ class CompileWorker:
     def compile(self, locator: KernelLocator, spec: Any, options: dict[str, Any]) -> Any:
         """Compile in the worker; returns its OfflineCompile or raises RuntimeError with the worker's message."""
         # Settings a compile reads from the environment (ptxas path and options, cache dir) are sent with every
-        # job: the parent may have changed them since the worker started (perfutils.registers.pin_bundled_ptxas).
+        # job: the parent may have changed them since the worker started (perfutils.model.cuda_tools.pin_bundled_ptxas).
         environment = {k: v for k, v in os.environ.items() if k.startswith(("TRITON_", "PTXAS_"))}
         environment.pop("TRITON_INTERPRET", None)
         job = (locator, spec, options, environment)
@@ -168,7 +170,7 @@ def _serve() -> None:
         knobs.runtime.interpret = False  # wins over a module that sets TRITON_INTERPRET=1 when imported
     except ImportError:  # Triton < 3.3: the environment variable (set to 0 by the parent) decides
         pass
-    from perfutils import registers
+    from perfutils.model import triton_compile
 
     base_environment = dict(os.environ)
     while True:
@@ -181,7 +183,7 @@ def _serve() -> None:
         os.environ.update(environment)
         try:
             jit_fn = _load_function(locator)
-            result = registers.compile_in_this_process(jit_fn, spec, **options)
+            result = triton_compile.compile_in_this_process(jit_fn, spec, **options)
             answer = ("ok", result)
         except Exception as exc:  # reported to the parent, which raises it
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -16,7 +16,9 @@ Two different kinds of facts live here:
 * ``DeviceSpec`` — marketing/datasheet numbers for a GPU model (SM count, L2, DRAM bandwidth,
   FP32 rate, clocks). Sources are cited next to each entry. Datasheet bandwidth is a peak that a
   real copy never reaches; the project reports % of *measured* copy bandwidth (see
-  ``perfutils.ceilings``) and uses these numbers only as a fallback and for context.
+  ``perfutils.measure.ceilings``) and uses these numbers only as a fallback and for context.
+
+* :func:`check_num_warps` — the warps a block may have (a power of two, at most 1024 threads).
 """
 
 from __future__ import annotations
@@ -258,3 +260,12 @@ def lookup_device(name: str) -> DeviceSpec:
             return DEVICE_SPECS[spec_name]
     raise ValueError(f"name: no datasheet spec matches device {name!r}; known models: "
                      f"{', '.join(DEVICE_SPECS)}")
+
+
+def check_num_warps(num_warps, name: str = "num_warps") -> int:
+    """``num_warps`` if it is a block's warp count: an int power of two in [1, 32] (at most 1024 threads)."""
+    if not isinstance(num_warps, int) or isinstance(num_warps, bool):
+        raise TypeError(f"{name} must be an int, got {type(num_warps).__name__}")
+    if num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1):
+        raise ValueError(f"{name} must be a power of two in [1, 32] (at most 1024 threads a block), got {num_warps}")
+    return num_warps

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfutils.hardware import DeviceSpec, lookup_device
+from .hardware import DeviceSpec, lookup_device
 
 SOURCES = ("measured", "datasheet")
 

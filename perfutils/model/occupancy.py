@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perfutils.hardware import SMLimits, sm_limits
+from .hardware import SMLimits, sm_limits
 
 UNLIMITED = math.inf
 
