@@ -7,21 +7,18 @@ and works on a machine without a GPU.
 import importlib
 
 _SUBMODULES = (
-    "ceilings",
     "cli",
-    "figures",
+    "measure",
     "metadata",
     "model",
-    "paths",
+    "notebook",
     "providers",
     "report",
     "plots",
-    "profiling",
     "records",
     "studies",
     "summary",
     "sweep",
-    "teaching",
     "tuning",
     "timing",
 )

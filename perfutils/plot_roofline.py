@@ -19,7 +19,7 @@ import math
 
 import pandas as pd
 
-from perfutils.figures import caption
+from perfutils.plots.figures import caption
 from perfutils.model.roofline import Ceilings, loss_cost, place
 
 __all__ = [

@@ -49,6 +49,7 @@ __all__ = [
     "data_path",
     "load_records",
     "load_metadata",
+    "load_study",
     "check_single_gpu",
     "utc_now",
     "write_table",
@@ -691,3 +692,15 @@ def check_single_gpu(df: pd.DataFrame, *, allow_mixed: bool = False) -> str:
             f"the data mixes GPUs: {listing}. Filter to one gpu_name, or pass allow_mixed=True to compare them on purpose"
         )
     return " + ".join(names)
+
+
+def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str) -> pd.DataFrame:
+    """Load ``<data_dir>/<slug of gpu>/<study>.csv``, or fail naming the file and ``producer``, the command that makes it."""
+    path = data_path(data_dir, gpu, study)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} does not exist, so there is nothing to replay. Produce it on the GPU with `{producer}` "
+            f"(writes {gpu_slug(gpu)}/{study}.csv and .json under the --out directory), or run this notebook with "
+            "MODE='measure' on a GPU."
+        )
+    return load_records(path)

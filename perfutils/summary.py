@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .plots import best_per_group
+from .plots.sweeps import best_per_group
 from .records import load_metadata, load_records
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)

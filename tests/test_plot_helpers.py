@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import perfutils.plot_occupancy as pocc  # noqa: E402
 import perfutils.plot_registers as preg  # noqa: E402
 import perfutils.plot_roofline as prf  # noqa: E402
-from perfutils.figures import save_figure  # noqa: E402
+from perfutils.plots.figures import save_figure  # noqa: E402
 from perfutils.model.occupancy import occupancy, occupancy_curves  # noqa: E402
 from perfutils.model.roofline import Ceilings, loss_cost  # noqa: E402
 

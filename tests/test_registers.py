@@ -224,8 +224,9 @@ def test_compile_offline_rejects_bad_input():
 def test_specialize_types_divisibility_and_constants():
     x = torch.empty(4, 64, dtype=torch.bfloat16)
     spec = specialization.specialize(row_softmax_kernel,
-                        {"out_ptr": torch.empty(4, 64), "in_ptr": x[:, 1:], "row_stride": 1, "n_cols": 2 ** 31},
-                        {"BLOCK_SIZE": 64})
+                                     {"out_ptr": torch.empty(4, 64), "in_ptr": x[:, 1:], "row_stride": 1,
+                                      "n_cols": 2 ** 31},
+                                     {"BLOCK_SIZE": 64})
     assert spec.signature == {"out_ptr": "*fp32", "in_ptr": "*bf16", "row_stride": "constexpr", "n_cols": "i64",
                               "BLOCK_SIZE": "constexpr"}
     assert spec.constexprs == {"row_stride": 1, "BLOCK_SIZE": 64}

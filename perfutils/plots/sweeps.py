@@ -1,4 +1,4 @@
-"""Figures of the sweep and case-study notebooks: functions of a tidy DataFrame (records schema)."""
+"""Figures of the sweep and case-study notebooks (01, 02): functions of a tidy DataFrame (records schema)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
-from .records import check_single_gpu  # noqa: E402
+from ..records import check_single_gpu  # noqa: E402
 
 
 def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:

@@ -1,10 +1,13 @@
-"""Deterministic figure files: the same data gives byte-identical SVG and PNG files."""
+"""Deterministic figure files (the same data gives byte-identical SVG and PNG files), and their captions."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import pandas as pd
+
+from ..records import check_single_gpu
 
 matplotlib.rcParams["svg.hashsalt"] = "fused-loss-notebooks"  # stable element ids in SVG
 
@@ -26,3 +29,12 @@ def caption(gpu_name: str | None, date: str | None, extra: str = "") -> str:
     """A title suffix naming where and when the data was measured."""
     parts = [p for p in (gpu_name, f"measured {date[:10]}" if date else None, extra) if p]
     return " · ".join(parts)
+
+
+def figure_context(df: pd.DataFrame) -> tuple[str, float | None]:
+    """(caption text, copy GB/s) of a loaded frame, from its rows and metadata sidecar."""
+    gpu = check_single_gpu(df)
+    meta = df.attrs.get("metadata") or {}
+    date = meta.get("timestamp_utc") or (str(df["timestamp_utc"].dropna().min()) if "timestamp_utc" in df else None)
+    copy = meta.get("copy_gbps")
+    return caption(gpu, date), (float(copy) if isinstance(copy, (int, float)) else None)

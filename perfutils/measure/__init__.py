@@ -1,0 +1,1 @@
+"""Everything that runs on a GPU and records what it measured (data/<gpu-slug>/<study>.csv + .json)."""

@@ -1,0 +1,1 @@
+"""Presentation: figures and tables, each a function of a recorded DataFrame."""
