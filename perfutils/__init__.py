@@ -9,18 +9,11 @@ import importlib
 _SUBMODULES = (
     "cli",
     "measure",
-    "metadata",
     "model",
     "notebook",
-    "providers",
     "report",
     "plots",
-    "records",
-    "studies",
     "summary",
-    "sweep",
-    "tuning",
-    "timing",
 )
 
 

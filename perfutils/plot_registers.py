@@ -21,7 +21,7 @@ import time
 import pandas as pd
 
 from perfutils.model.occupancy import occupancy_of_counts
-from perfutils.records import error_text
+from perfutils.measure.schema import error_text
 from perfutils.model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
 
 __all__ = [

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .plots.sweeps import best_per_group
-from .records import load_metadata, load_records
+from .measure.records import load_metadata, load_records
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
     ("cross_entropy", "labels", 32768, 0.198),

@@ -22,8 +22,8 @@ import pytest  # noqa: E402
 
 from perfutils.measure import ncu, profiler, profiling  # noqa: E402
 from perfutils.plots import profiling as plots  # noqa: E402
-from perfutils.records import load_records  # noqa: E402
-from perfutils.timing import BenchResult  # noqa: E402
+from perfutils.measure.records import load_records  # noqa: E402
+from perfutils.measure.timing import BenchResult  # noqa: E402
 
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capability": [9, 0], "sm_count": 132}
 TOKENS, VOCAB = 16, 300

@@ -25,8 +25,8 @@ from perfutils.measure import teaching as measure  # noqa: E402
 from perfutils.model import compiled_kernel  # noqa: E402
 from perfutils.plots import teaching as plots  # noqa: E402
 from perfutils.plots.figures import save_figure  # noqa: E402
-from perfutils.records import load_metadata, load_records  # noqa: E402
-from perfutils.timing import BenchResult  # noqa: E402
+from perfutils.measure.records import load_metadata, load_records  # noqa: E402
+from perfutils.measure.timing import BenchResult  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capability": [9, 0], "sm_count": 132}

@@ -30,7 +30,7 @@ from kernels.microbench import (FMA_CHAINS, check_positive_int, launch_copy, lau
                                 launch_read_sum, read_sum_programs)
 
 from ..model.occupancy import occupancy_of_compiled
-from ..records import write_table
+from .store import write_table
 
 __all__ = ["COLUMNS", "measure_ceilings", "write_ceilings", "measure_copy_torch", "measure_copy_triton", "measure_read",
            "measure_l2_read", "measure_fp32_fma", "measure_exp2"]

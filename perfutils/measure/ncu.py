@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 
 from ..model.occupancy import occupancy_of_counts
-from ..records import config_key, error_text
 from .loss_step import DEFAULT_TOKENS, DEFAULT_VOCAB, LOGIT_SCALE, key_part, launch_stats, make_inputs, step_config
 from .profiler import short_kernel_name
+from .schema import config_key, error_text
 from .session import CudaBackend, Session
 
 __all__ = ["NCU_STUDY", "NCU_VARIANTS", "NCU_CORE_METRICS", "NCU_EXTRA_METRICS", "NCU_METRICS", "NCU_COLUMNS",

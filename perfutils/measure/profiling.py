@@ -28,14 +28,14 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..model.roofline import loss_cost
-from ..records import config_key
-from ..sweep import TOLERANCE
-from ..timing import rel_err
 from .loss_step import (DEFAULT_TOKENS, DEFAULT_VOCAB, LOGIT_SCALE, TORCH_VARIANTS, key_part, launch_stats, loss_step,
                         make_inputs, step_config)
 from .ncu import measure_ncu
 from .profiler import kernel_table
+from .schema import config_key
 from .session import CudaBackend, Session
+from .sweep_config import TOLERANCE
+from .timing import rel_err
 
 __all__ = ["PROFILE_STUDY", "PRODUCER_COMMAND", "DEFAULT_VARIANTS", "measure_profile", "run_all_gpu", "main"]
 

@@ -31,11 +31,11 @@ from kernels.teaching.softmax import naive_softmax, naive_softmax_bytes, softmax
 from kernels.teaching.vector_add import (ADD_TILE_CONFIGS, add_kernel_autotuned, launch_add, launch_add_autotuned,
                                          mask_stats)
 
-from .. import records
 from ..model.compiled_kernel import kernel_stats
-from ..records import config_key, error_text
-from ..timing import rel_err
+from . import records
+from .schema import config_key, error_text
 from .session import CudaBackend, Session
+from .timing import rel_err
 
 __all__ = ["BASICS_STUDY", "FUSION_STUDY", "PRODUCER_COMMAND", "measure_basics", "measure_fusion", "run_all_gpu",
            "load_study", "main"]
@@ -46,7 +46,7 @@ PRODUCER_COMMAND = "python -m perfutils.measure.teaching --out data/"  # run on 
 
 
 def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str = PRODUCER_COMMAND) -> pd.DataFrame:
-    """Load ``<data_dir>/<slug of gpu>/<study>.csv`` (:func:`perfutils.records.load_study`); a missing file's
+    """Load ``<data_dir>/<slug of gpu>/<study>.csv`` (:func:`perfutils.measure.records.load_study`); a missing file's
     message names ``producer``, by default this module's command."""
     return records.load_study(data_dir, gpu, study, producer)
 

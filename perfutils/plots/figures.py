@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 
-from ..records import check_single_gpu
+from ..measure.records import check_single_gpu
 
 matplotlib.rcParams["svg.hashsalt"] = "fused-loss-notebooks"  # stable element ids in SVG
 

@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
-from ..records import check_single_gpu  # noqa: E402
+from ..measure.records import check_single_gpu  # noqa: E402
 
 
 def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .schema import utc_now
+
 __all__ = ["collect_metadata", "PROJECT_ROOT"]
 
 # The checkout this package lives in: git state is read from here, not from the working directory.
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # nvidia-smi fields -> our keys. Clocks are in MHz, power in W.
 _SMI_FIELDS = {
@@ -123,8 +125,6 @@ def collect_metadata(
     torch_version, triton_version, python_version, platform, git_commit, git_dirty, copy_gbps,
     parameters, probe_errors``.
     """
-    from .records import utc_now
-
     if parameters is None:
         parameters = {}
     if not isinstance(parameters, Mapping):
@@ -170,7 +170,7 @@ def collect_metadata(
     except Exception as exc:
         errors["triton"] = f"{type(exc).__name__}: {exc}"
     try:  # register counts (and speed) depend on the ptxas version, not only on Triton's
-        from .model.cuda_tools import ptxas_in_use
+        from ..model.cuda_tools import ptxas_in_use
 
         meta.update(ptxas_in_use())
     except Exception as exc:

@@ -98,7 +98,7 @@ def prepare(logits, target, *, loss="cross_entropy", target_format="labels", var
 def _first_call_with_torch_ptxas(step):
     """Compile (on the first call) with the ptxas torch.compile uses by default: torch's own.
 
-    The harness pins Triton's bundled ptxas for the project's kernels (perfutils.registers.
+    The harness pins Triton's bundled ptxas for the project's kernels (perfutils.model.cuda_tools.
     pin_bundled_ptxas); Inductor would inherit that pin, which is not how torch.compile runs for users
     (on the H100 its cross-entropy kernels ran about 2x slower with Triton 3.6's ptxas 12.8).
     """

@@ -1,6 +1,4 @@
-"""Tidy measurement files: one CSV row per measured configuration plus a JSON metadata sidecar.
-
-Layout: ``data/<gpu-slug>/<study>.csv`` with ``data/<gpu-slug>/<study>.json`` beside it.
+"""Writing data files: :class:`ResultStore` appends a study's rows; :func:`write_table` writes a derived table.
 
 Guarantees (the reasons this module exists rather than ``DataFrame.to_csv``):
 
@@ -12,188 +10,30 @@ Guarantees (the reasons this module exists rather than ``DataFrame.to_csv``):
   be recorded again; ``overwrite=True`` moves the old files aside instead of deleting them.
 * **No silent mixing.** Appending rows from another GPU, or to a file with another schema, is
   refused with a message naming both, unless ``allow_mixed=True``.
-* **Loud loading.** ``load_records`` never returns an empty or partial frame for a broken file: it
-  raises :class:`DataFileError` naming the file and the problem.
+
+Reading is :mod:`perfutils.measure.records`; the columns and keys are :mod:`perfutils.measure.schema`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import math
 import numbers
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "MEASURED_COLUMNS",
-    "ID_COLUMNS",
-    "COLUMNS",
-    "CONFIG_COLUMNS",
-    "STATUSES",
-    "DataFileError",
-    "IncompatibleDataError",
-    "ResultStore",
-    "config_key",
-    "gpu_slug",
-    "data_path",
-    "load_records",
-    "load_metadata",
-    "load_study",
-    "check_single_gpu",
-    "utc_now",
-    "write_table",
-]
+from .metadata import collect_metadata
+from .records import csv_path, load_records, read_csv_table, read_json, sidecar_gpus, sidecar_path
+from .schema import (COLUMNS, CONFIG_COLUMNS, NON_EMPTY, SCHEMA_VERSION, STATUSES, DataFileError, IncompatibleDataError,
+                     config_key, gpu_slug, utc_now)
 
-# Bump when a required column is added, removed or changes meaning.
-SCHEMA_VERSION = 1
-
-# The configuration that identifies a measurement (also the parts of config_key, in this order).
-CONFIG_COLUMNS = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "block_size", "num_warps")
-
-# GUIDE.md "Data": the columns every study records, in this order.
-MEASURED_COLUMNS = CONFIG_COLUMNS + (
-    "ms_median",
-    "ms_p20",
-    "ms_p80",
-    "bytes_min",
-    "gbps",
-    "pct_of_copy",
-    "n_regs",
-    "spill_bytes",
-    "shared_bytes",
-    "occupancy",
-    "blocks_per_sm",
-    "limiter",
-    "max_rel_err",
-    "status",
-    "error",
-)
-
-# Where and when a row was measured, and its resume key.
-ID_COLUMNS = ("study", "gpu_name", "timestamp_utc", "config_key")
-
-# Required columns of schema version 1; any other column is an optional extra (e.g. compile_ms).
-COLUMNS = MEASURED_COLUMNS + ID_COLUMNS
-
-# ok: correct within tolerance; wrong: ran but error above tolerance; error: raised (compile error,
-# out of resources, OOM...). All three are final outcomes of a configuration.
-STATUSES = ("ok", "wrong", "error")
-
-# Columns that must be non-empty in every row.
-_NON_EMPTY = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "status") + ID_COLUMNS
-_STRING_COLUMNS = ("loss", "target_format", "variant", "dtype", "limiter", "status", "error") + ID_COLUMNS
-# Integers that are always present (int64) and ones that may be missing (nullable Int64).
-_INT_COLUMNS = ("tokens", "vocab")
-_NULLABLE_INT_COLUMNS = ("block_size", "num_warps", "bytes_min", "n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm")
-_FLOAT_COLUMNS = ("ms_median", "ms_p20", "ms_p80", "gbps", "pct_of_copy", "occupancy", "max_rel_err")
-
-_HOW_TO_PRODUCE = (
-    "measure it on a GPU with `python -m perfutils sweep --config notebooks/params/<study>.yaml`, "
-    "which writes data/<gpu-slug>/<study>.csv and its .json sidecar"
-)
-
-
-class DataFileError(ValueError):
-    """A data file (CSV or JSON sidecar) is missing pieces, truncated or otherwise unreadable."""
-
-
-class IncompatibleDataError(ValueError):
-    """Rows would be mixed with data from another GPU or another schema."""
-
-
-# --------------------------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------------------------
-
-
-def error_text(exc: BaseException, limit: int = 2000) -> str:
-    """``Type: message`` on one line for an ``error`` column (multi-line compiler output joined with " | ").
-
-    Over ``limit`` characters it keeps the head and the tail: a compiler's message starts with where
-    the error is and ends with what it is, and the cause must survive the cut.
-    """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {' | '.join(lines)}" if lines else type(exc).__name__
-    if len(text) <= limit:
-        return text
-    head = max(limit // 3, 1)
-    return text[:head] + " ... " + text[len(text) - (limit - head - 5):]
-
-
-def utc_now() -> str:
-    """The current UTC time as ISO 8601 with a ``Z`` suffix, to the second."""
-    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """A stable, human-readable key for one configuration, e.g. ``loss=cross_entropy;...;num_warps=8``.
-
-    Built from :data:`CONFIG_COLUMNS` in that order (``None`` is written ``auto``: the kernel picks);
-    any further keys of ``config`` that are not columns are ignored. Used to resume sweeps.
-    """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config_key: config must be a mapping of {CONFIG_COLUMNS}, got {type(config).__name__}")
-    missing = [name for name in CONFIG_COLUMNS if name not in config]
-    if missing:
-        raise ValueError(f"config_key: config lacks {missing}; expected all of {list(CONFIG_COLUMNS)}")
-    parts = []
-    for name in CONFIG_COLUMNS:
-        value = config[name]
-        text = "auto" if value is None else str(value)
-        if any(ch in text for ch in ";=\n"):
-            raise ValueError(f"config_key: value of {name!r} must not contain ';', '=' or newlines, got {text!r}")
-        parts.append(f"{name}={text}")
-    return ";".join(parts)
-
-
-_SLUG_DROP = {"nvidia", "tesla", "corporation"}
-
-
-def gpu_slug(name: str | None) -> str:
-    """A short, stable directory name for a GPU model.
-
-    ``"NVIDIA H100 80GB HBM3"`` -> ``"h100-sxm-80gb"`` (HBM3 without "PCIe"/"NVL" is the SXM part),
-    ``"NVIDIA H100 PCIe"`` -> ``"h100-pcie"``, ``"NVIDIA A100-SXM4-80GB"`` -> ``"a100-sxm4-80gb"``,
-    ``None``/``"cpu"`` -> ``"cpu"``. Deterministic: the same name always gives the same slug.
-    """
-    if name is None:
-        return "cpu"
-    if not isinstance(name, str):
-        raise TypeError(f"gpu_slug: name must be a str or None, got {type(name).__name__}")
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in _SLUG_DROP]
-    if not words:
-        raise ValueError(f"gpu_slug: cannot make a slug from GPU name {name!r}")
-    memory = [w for w in words if re.fullmatch(r"\d+gb", w)]
-    memory_kinds = {w for w in words if re.fullmatch(r"hbm\d*e?|gddr\d*x?", w)}
-    form = [w for w in words if re.fullmatch(r"sxm\d*|pcie|nvl", w)]
-    model = [w for w in words if w not in memory and w not in memory_kinds and w not in form]
-    if not form and any(kind.startswith("hbm") for kind in memory_kinds):
-        # "H100 80GB HBM3" is how the SXM module reports itself (the PCIe card says "PCIe").
-        form = ["sxm"]
-    return "-".join(model + form + memory) or "cpu"
-
-
-def data_path(data_dir: str | os.PathLike, gpu_name: str | None, study: str) -> Path:
-    """``<data_dir>/<gpu-slug>/<study>.csv``."""
-    if not isinstance(study, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", study):
-        raise ValueError(f"data_path: study must be a non-empty name of letters, digits, '_', '.', '-', got {study!r}")
-    return Path(data_dir) / gpu_slug(gpu_name) / f"{study}.csv"
-
-
-def _sidecar_path(csv_path: Path) -> Path:
-    return csv_path.with_suffix(".json")
-
+__all__ = ["ResultStore", "write_table"]
 
 def _format_cell(column: str, value: Any) -> str:
     """One value as CSV text; missing values are the empty string."""
@@ -278,62 +118,13 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str
 
     Refuses to replace an existing file unless ``overwrite=True``.
     """
-    path = _csv_path(path)
+    path = csv_path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists: not overwriting recorded data (pass overwrite=True to replace it)")
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, df.to_csv(index=False).encode())
-    _atomic_write(_sidecar_path(path), json.dumps(dict(metadata), indent=2, sort_keys=True, default=str).encode())
+    _atomic_write(sidecar_path(path), json.dumps(dict(metadata), indent=2, sort_keys=True, default=str).encode())
     return path
-
-
-def _read_csv_table(path: Path) -> tuple[list[str], list[list[str]], bytes]:
-    """Parse a CSV strictly into (header, rows of strings, raw bytes), or raise DataFileError."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"data file {path} does not exist; {_HOW_TO_PRODUCE}") from None
-    if not raw.strip():
-        raise DataFileError(f"data file {path} is empty (0 rows, no header); it may have been truncated. {_HOW_TO_PRODUCE}")
-    if not raw.endswith(b"\n"):
-        raise DataFileError(f"data file {path} does not end with a newline: its last row is cut off (truncated file?)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataFileError(f"data file {path} is not UTF-8 text ({exc})") from None
-    try:
-        table = list(csv.reader(io.StringIO(text, newline=""), strict=True))
-    except csv.Error as exc:
-        raise DataFileError(f"data file {path} is not valid CSV: {exc}") from None
-    header, rows = table[0], table[1:]
-    if len(set(header)) != len(header) or any(not name for name in header):
-        raise DataFileError(f"data file {path} has an empty or repeated column name in its header {header}")
-    for number, row in enumerate(rows, start=2):
-        if len(row) != len(header):
-            raise DataFileError(
-                f"data file {path}: row {number} has {len(row)} fields but the header has {len(header)} (corrupt or truncated row)"
-            )
-    return header, rows, raw
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"metadata sidecar {path} does not exist; {_HOW_TO_PRODUCE}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataFileError(f"metadata sidecar {path} is not valid JSON ({exc}); truncated or hand-edited?") from None
-    if not isinstance(data, dict):
-        raise DataFileError(f"metadata sidecar {path} must hold a JSON object, found {type(data).__name__}")
-    return data
-
-
-def _sidecar_gpus(meta: Mapping[str, Any]) -> set[str]:
-    names = {meta.get("gpu_name")}
-    names.update(session.get("gpu_name") for session in meta.get("sessions", []) if isinstance(session, Mapping))
-    return {name for name in names if isinstance(name, str) and name}
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,7 +163,7 @@ class ResultStore:
             if not isinstance(flag, bool):
                 raise TypeError(f"ResultStore: {name} must be a bool, got {flag!r}")
         self.path = path
-        self.metadata_path = _sidecar_path(path)
+        self.metadata_path = sidecar_path(path)
         self.metadata = dict(metadata) if metadata is not None else None
         self.allow_mixed = allow_mixed
         self.overwrite = overwrite
@@ -393,8 +184,6 @@ class ResultStore:
 
     def _session_metadata(self) -> dict[str, Any]:
         if self.metadata is None:
-            from .metadata import collect_metadata
-
             self.metadata = collect_metadata({}, None)
         return self.metadata
 
@@ -415,7 +204,7 @@ class ResultStore:
         """
         if not self.path.exists() or (self.overwrite and not self._overwrite_done):
             return set()  # overwrite: the old file is moved aside at the first append, so nothing is done
-        header, rows, _ = _read_csv_table(self.path)
+        header, rows, _ = read_csv_table(self.path)
         for name in ("config_key", "status"):
             if name not in header:
                 raise DataFileError(f"data file {self.path} has no {name!r} column; cannot tell which configurations are done")
@@ -436,8 +225,8 @@ class ResultStore:
         """
         if (self.overwrite and not self._overwrite_done) or self.allow_mixed or not self.path.exists():
             return
-        header, rows, _ = _read_csv_table(self.path)
-        meta = _read_json(self.metadata_path) if self.metadata_path.exists() else {}
+        header, rows, _ = read_csv_table(self.path)
+        meta = read_json(self.metadata_path) if self.metadata_path.exists() else {}
         self._check_schema(header, meta)
         self._check_gpu(header, rows, meta, {self.gpu_name})
 
@@ -454,7 +243,7 @@ class ResultStore:
             )
 
     def _check_gpu(self, header: list[str], rows: list[list[str]], meta: Mapping[str, Any], new_gpus: set[str]) -> None:
-        existing = _sidecar_gpus(meta)
+        existing = sidecar_gpus(meta)
         if "gpu_name" in header:
             at = header.index("gpu_name")
             existing.update(row[at] for row in rows if row[at])
@@ -485,8 +274,8 @@ class ResultStore:
                 self._move_old_files_aside()
                 self._overwrite_done = True
             if self.path.exists():
-                header, old_rows, raw = _read_csv_table(self.path)  # corrupt file: refuse, never clobber
-                meta = _read_json(self.metadata_path) if self.metadata_path.exists() else {}
+                header, old_rows, raw = read_csv_table(self.path)  # corrupt file: refuse, never clobber
+                meta = read_json(self.metadata_path) if self.metadata_path.exists() else {}
                 if not self.allow_mixed:
                     self._check_schema(header, meta)
                     self._check_gpu(header, old_rows, meta, {row["gpu_name"] for row in new_rows})
@@ -518,7 +307,7 @@ class ResultStore:
                 cells["config_key"] = config_key(row)
             if cells["study"] != self.study:
                 raise ValueError(f"ResultStore.append: row {index} has study {cells['study']!r} but {self.path} holds study {self.study!r}")
-            empty = [name for name in _NON_EMPTY if not cells.get(name)]
+            empty = [name for name in NON_EMPTY if not cells.get(name)]
             if empty:
                 raise ValueError(f"ResultStore.append: row {index} lacks required values {empty} (config key {cells.get('config_key')!r})")
             if cells["status"] not in STATUSES:
@@ -571,7 +360,7 @@ class ResultStore:
             meta = dict(meta)
             meta.setdefault("sessions", [])
             meta["sessions"] = list(meta["sessions"]) + [session]
-        gpus = _sidecar_gpus(meta) | {row["gpu_name"] for row in new_rows}
+        gpus = sidecar_gpus(meta) | {row["gpu_name"] for row in new_rows}
         if len(gpus) > 1:
             meta["mixed_gpus"] = sorted(gpus)
         text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
@@ -594,113 +383,3 @@ class ResultStore:
             prefix = b""
         lines.extend(_csv_line([row.get(name, "") for name in columns]) for row in new_rows)
         _atomic_write(self.path, prefix + "".join(lines).encode("utf-8"))
-
-
-# --------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------
-
-
-def _csv_path(path: str | os.PathLike) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    path = Path(path)
-    if path.suffix == ".json":
-        path = path.with_suffix(".csv")
-    if path.suffix != ".csv":
-        raise ValueError(f"expected a .csv data file (or its .json sidecar), got {str(path)!r}")
-    return path
-
-
-def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    """The JSON sidecar of a data file (pass the CSV or the JSON path)."""
-    return _read_json(_sidecar_path(_csv_path(path)))
-
-
-def load_records(path: str | os.PathLike, *, require_metadata: bool = True) -> pd.DataFrame:
-    """Read and validate a data file; the sidecar is attached as ``df.attrs["metadata"]``.
-
-    Raises FileNotFoundError (saying how to produce the file) or :class:`DataFileError` (naming
-    the file and the problem) — never returns an empty or partial frame for a broken file.
-    """
-    path = _csv_path(path)
-    header, rows, _ = _read_csv_table(path)
-    missing = [name for name in COLUMNS if name not in header]
-    if missing:
-        raise DataFileError(f"data file {path} lacks required columns {missing} (schema version {SCHEMA_VERSION})")
-    if not rows:
-        raise DataFileError(f"data file {path} has a header but no rows (truncated, or nothing was measured)")
-    frame = pd.DataFrame(rows, columns=header, dtype=object)
-    for name in _NON_EMPTY:
-        blank = frame.index[frame[name] == ""]
-        if len(blank):
-            raise DataFileError(f"data file {path}: column {name!r} is empty in row {int(blank[0]) + 2}")
-    bad_status = frame.index[~frame["status"].isin(STATUSES)]
-    if len(bad_status):
-        row = int(bad_status[0])
-        raise DataFileError(f"data file {path}: row {row + 2} has status {frame.at[row, 'status']!r}; expected one of {STATUSES}")
-    for name in header:
-        if name in _STRING_COLUMNS:
-            frame[name] = frame[name].where(frame[name] != "", None)
-            continue
-        as_numbers = pd.to_numeric(frame[name].replace("", None), errors="coerce")
-        unparsable = frame.index[as_numbers.isna() & (frame[name] != "")]
-        if name in _INT_COLUMNS + _NULLABLE_INT_COLUMNS + _FLOAT_COLUMNS:
-            if len(unparsable):
-                row = int(unparsable[0])
-                raise DataFileError(f"data file {path}: column {name!r} holds {frame.at[row, name]!r} in row {row + 2}, not a number")
-            if name in _INT_COLUMNS or name in _NULLABLE_INT_COLUMNS:
-                whole = as_numbers.dropna()
-                if (whole != whole.round()).any():
-                    raise DataFileError(f"data file {path}: column {name!r} holds non-integer values")
-                frame[name] = as_numbers.astype("int64" if name in _INT_COLUMNS else "Int64")
-            else:
-                frame[name] = as_numbers.astype("float64")
-        elif len(unparsable) == 0 and as_numbers.notna().any():
-            frame[name] = as_numbers  # numeric extra column (compile_ms, peak_mem_bytes...)
-        elif frame[name].isin(("True", "False", "")).all() and (frame[name] != "").any():
-            frame[name] = frame[name].map({"True": True, "False": False, "": None}).astype("boolean")  # flags
-        else:
-            frame[name] = frame[name].where(frame[name] != "", None)  # text extra column (passes JSON...)
-    ok_without_time = frame.index[(frame["status"] == "ok") & frame["ms_median"].isna()]
-    if len(ok_without_time):
-        raise DataFileError(f"data file {path}: row {int(ok_without_time[0]) + 2} has status 'ok' but no ms_median")
-    metadata_path = _sidecar_path(path)
-    if metadata_path.exists() or require_metadata:
-        frame.attrs["metadata"] = _read_json(metadata_path)
-    frame.attrs["path"] = str(path)
-    return frame
-
-
-def check_single_gpu(df: pd.DataFrame, *, allow_mixed: bool = False) -> str:
-    """Return the one GPU a frame was measured on; raise if it mixes GPUs (unless ``allow_mixed``).
-
-    Plots call this so that numbers from two GPUs never share an axis by accident. With
-    ``allow_mixed=True`` the names are joined with " + ".
-    """
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"check_single_gpu: df must be a pandas DataFrame, got {type(df).__name__}")
-    if "gpu_name" not in df.columns:
-        raise DataFileError("check_single_gpu: the frame has no 'gpu_name' column (not loaded with load_records?)")
-    names = sorted(df["gpu_name"].dropna().astype(str).unique())
-    if not names:
-        raise DataFileError("check_single_gpu: the frame has no gpu_name values (empty frame?)")
-    if len(names) > 1 and not allow_mixed:
-        counts = df["gpu_name"].value_counts()
-        listing = ", ".join(f"{name!r} ({counts[name]} rows)" for name in names)
-        raise IncompatibleDataError(
-            f"the data mixes GPUs: {listing}. Filter to one gpu_name, or pass allow_mixed=True to compare them on purpose"
-        )
-    return " + ".join(names)
-
-
-def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str) -> pd.DataFrame:
-    """Load ``<data_dir>/<slug of gpu>/<study>.csv``, or fail naming the file and ``producer``, the command that makes it."""
-    path = data_path(data_dir, gpu, study)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} does not exist, so there is nothing to replay. Produce it on the GPU with `{producer}` "
-            f"(writes {gpu_slug(gpu)}/{study}.csv and .json under the --out directory), or run this notebook with "
-            "MODE='measure' on a GPU."
-        )
-    return load_records(path)

@@ -1,14 +1,14 @@
 """Studies made of hand-picked cases (not a full grid): the #497 case study and the peer benchmark.
 
 A case is ``(variant, block_size, num_warps)``; a variant is one of the project's (``fused``,
-``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.providers` (``eager``,
+``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.measure.providers` (``eager``,
 ``torch_compile``, ``liger``). ``TUNED`` as block size and warps runs the variant at its best recorded
 configuration for the shape (the GPU's ``tuning.csv``; nearest recorded vocab at 4096 tokens).
 ``split_row`` and ``auto`` with no configuration take theirs from the same table. Every case runs through the sweep harness, so its rows have the same
 schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
 
-    python -m perfutils.studies case_study --out data
-    python -m perfutils.studies benchmark --out data
+    python -m perfutils.measure.studies case_study --out data
+    python -m perfutils.measure.studies benchmark --out data
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import sys
 from typing import Any, Iterable
 
 from . import providers
-from .sweep import GpuMeasurer, KnownNames, known_names, load_config, run_sweep
+from .measurer import GpuMeasurer
+from .sweep import run_sweep
+from .sweep_config import KnownNames, known_names, load_config
 
 # Fast-LLM issue #497: the fused kernel with a 32K tile cap (its default), Option A caps, Option B.
 CASE_STUDY_CASES = [
@@ -127,7 +129,7 @@ def run_cases(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.studies", description="Run a case study on the GPU.")
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.studies", description="Run a case study on the GPU.")
     parser.add_argument("study", choices=["case_study", "benchmark"])
     parser.add_argument("--out", default="data")
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])

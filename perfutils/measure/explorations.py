@@ -1,10 +1,10 @@
 """Combine exploratory sweeps (one study per design, each run with its own planner options) into one
 data file with a ``design`` column, so a design that lost stays on record beside the one that won.
 
-    python -m perfutils.explorations --out data/h100-sxm-80gb/split_row_register_caps.csv \\
+    python -m perfutils.measure.explorations --out data/h100-sxm-80gb/split_row_register_caps.csv \\
         --notes "..." cap64="labels CE, maxnreg 64"=/path/exp_lab64.csv ...
 
-Each input must be a sweep file written by ``perfutils.sweep`` (validated by ``load_records``) and
+Each input must be a sweep file written by ``perfutils.measure.sweep`` (validated by ``load_records``) and
 all must come from one GPU. The sidecar keeps every input's metadata (parameters, versions, date)
 and the description of each design.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records import load_metadata, load_records, write_table
+from .records import load_metadata, load_records
+from .store import write_table
 
 
 def combine_designs(designs: dict[str, tuple[str, str | Path]], out: str | Path, notes: str, *,
@@ -43,7 +44,7 @@ def combine_designs(designs: dict[str, tuple[str, str | Path]], out: str | Path,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.explorations", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.explorations", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--notes", required=True)
     parser.add_argument("--overwrite", action="store_true")

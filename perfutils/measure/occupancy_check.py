@@ -1,6 +1,6 @@
-"""Check ``perfutils.occupancy`` against the CUDA driver on the project's real kernels (GPU only).
+"""Check ``perfutils.model.occupancy`` against the CUDA driver on the project's real kernels (GPU only).
 
-    python -m perfutils.occupancy_check --out data
+    python -m perfutils.measure.occupancy_check --out data
 
 For every (loss, variant, block size, warps) of the recorded sweeps, compile the kernels of the plan
 (no timing), then compare blocks/SM from NVIDIA's algorithm (our port, fed with the compiled
@@ -52,9 +52,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from perfutils import metadata, records
+    from perfutils.measure import metadata, schema, store
 
-    parser = argparse.ArgumentParser(prog="python -m perfutils.occupancy_check")
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.occupancy_check")
     parser.add_argument("--out", default="data")
     args = parser.parse_args(argv)
     pairs = [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("reverse_kl", "logits")]
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     configs += [(l, f, "split_row", 131072, b, w) for (l, f), b, w in itertools.product(
         pairs, [2048, 4096, 8192, 16384], [4, 8, 16])]
     df = check(configs)
-    path = records.data_path(args.out, torch.cuda.get_device_name(), "occupancy_check")
-    records.write_table(df, path, metadata.collect_metadata({"study": "occupancy_check"}))
+    path = schema.data_path(args.out, torch.cuda.get_device_name(), "occupancy_check")
+    store.write_table(df, path, metadata.collect_metadata({"study": "occupancy_check"}))
     checked = df[df["kernel"].notna()]
     print(f"{int(checked['match'].sum())}/{len(checked)} kernels: predicted blocks/SM == driver's")
     print(checked[~checked["match"].astype(bool)].to_string() if not checked["match"].all() else "all match")

@@ -1,6 +1,6 @@
 """Build the tuning table behind ``variant="auto"`` from recorded sweeps.
 
-    python -m perfutils.tuning --gpu-dir data/h100-sxm-80gb
+    python -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb
 
 For each (loss, target_format, dtype, vocab) and each project variant, the fastest correct row over
 the given studies (every configuration measured) becomes an entry; ``fastest`` marks the variant that
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records import load_metadata, load_records, write_table
+from .records import load_metadata, load_records
+from .store import write_table
 
 STUDIES = ("blocksize_sweep", "split_row_tuning", "split_row_unsplit_tuning", "benchmark")
 KEY = ["loss", "target_format", "dtype", "vocab"]
@@ -71,7 +72,7 @@ def write_tuning_table(gpu_dir: str | Path, studies=STUDIES, *, overwrite: bool 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.tuning", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.tuning", description=__doc__.splitlines()[0])
     parser.add_argument("--gpu-dir", required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing tuning.csv")
     args = parser.parse_args(argv)
