@@ -13,7 +13,6 @@ _SUBMODULES = (
     "notebook",
     "report",
     "plots",
-    "summary",
 )
 
 

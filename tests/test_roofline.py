@@ -18,8 +18,8 @@ from perfutils.model.roofline import (  # noqa: E402
     ceilings_from_records,
     loss_cost,
     place,
-    plot_roofline,
 )
+from perfutils.plots.roofline import plot_roofline  # noqa: E402
 
 # Round numbers so the arithmetic in the assertions is obvious.
 CEIL = Ceilings(dram_gbps=3000.0, dram_read_gbps=3200.0, l2_gbps=10000.0, fp32_tflops=60.0,

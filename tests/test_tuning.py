@@ -120,8 +120,8 @@ def test_explorations_combine_designs_with_their_provenance(tmp_path):
 
 
 def test_readme_results_are_generated_from_the_data():
-    """The README's results table and ratio line are perfutils.summary's output for the committed data."""
-    from perfutils.summary import benchmark_table
+    """The README's results table and ratio line are perfutils.plots.summary's output for the committed data."""
+    from perfutils.plots.summary import benchmark_table
 
     readme = (H100_DIR.parent.parent / "README.md").read_text()
     assert benchmark_table(H100_DIR) in readme

@@ -1,12 +1,12 @@
 """Occupancy figures in the style of NVIDIA's occupancy calculator, and the frames they plot.
 
 Every function takes plain numbers or DataFrames and returns a Figure/Axes or a DataFrame; the
-numbers come from :mod:`perfutils.occupancy` (a port of ``cuda_occupancy.h``), never from a
+numbers come from :mod:`perfutils.model.occupancy` (a port of ``cuda_occupancy.h``), never from a
 formula of their own, except :func:`triton_tutorial_blocks_per_sm`, which reproduces the
 simplified formula of Triton's fused-softmax tutorial on purpose, to show where it goes wrong.
 
 Figures are deterministic (fixed colours per limiter, no dates in files: save them with
-:func:`perfutils.figures.save_figure`).
+:func:`perfutils.plots.figures.save_figure`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numbers
 
 import pandas as pd
 
-from perfutils.model.hardware import sm_limits
-from perfutils.model.occupancy import LIMITER_NAMES, Occupancy, occupancy, occupancy_of_counts
+from ..model.hardware import sm_limits
+from ..model.occupancy import LIMITER_NAMES, Occupancy, occupancy, occupancy_of_counts
 
 __all__ = [
     "LIMITER_COLORS",
@@ -168,7 +168,7 @@ def kernel_occupancy_table(df: pd.DataFrame, cc=(9, 0)) -> pd.DataFrame:
 
 def _check_curves(curves) -> None:
     if not isinstance(curves, dict) or set(curves) != set(_CURVE_AXES):
-        raise ValueError(f"curves: expected the dict of perfutils.occupancy.occupancy_curves with keys "
+        raise ValueError(f"curves: expected the dict of perfutils.model.occupancy.occupancy_curves with keys "
                          f"{sorted(_CURVE_AXES)}, got {type(curves).__name__}")
     for key, (column, _) in _CURVE_AXES.items():
         frame = curves[key]

@@ -1,9 +1,9 @@
 """Register-pressure figures and the frames behind them: analytic estimate vs compiler vs GPU.
 
 * :func:`offline_counts` compiles the launches of ``kernels.prepare(...)`` plans offline for sm_90
-  (no GPU needed; :func:`perfutils.registers.compile_launch`) and returns one row per configuration,
+  (no GPU needed; :func:`perfutils.model.offline_compile.compile_launch`) and returns one row per configuration,
   describing the limiting launch as the sweeps do (lowest occupancy, ties: more registers).
-* :func:`with_estimates` adds the analytic estimate (:func:`perfutils.registers.predict_spill`)
+* :func:`with_estimates` adds the analytic estimate (:func:`perfutils.model.register_estimate.predict_spill`)
   and what the compiler's numbers imply (register *demand* = ``n_regs + spill_bytes / 4``).
 * :func:`compare_offline_measured` lines offline counts up against a GPU sweep's.
 * :func:`spill_onset` finds the smallest block size that spills, per loss and ``num_warps``.
@@ -20,9 +20,10 @@ import time
 
 import pandas as pd
 
-from perfutils.model.occupancy import occupancy_of_counts
-from perfutils.measure.schema import error_text
-from perfutils.model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
+from ..measure.schema import error_text
+from ..model.occupancy import occupancy_of_counts
+from ..model.offline_compile import compile_launch
+from ..model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
 
 __all__ = [
     "CONFIG_KEYS",
@@ -45,7 +46,7 @@ def _check_frame(df, columns, name="df") -> None:
 
 
 def _limiting(entries: list[dict]) -> dict:
-    """The launch with the lowest occupancy (ties: more registers), as perfutils.sweep chooses."""
+    """The launch with the lowest occupancy (ties: more registers), as perfutils.measure.measurer chooses."""
     def badness(entry):
         occ = entry.get("occupancy")
         return (occ if occ is not None else math.inf, -(entry.get("n_regs") or 0))
@@ -66,7 +67,6 @@ def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", w
     import torch
 
     import kernels
-    from perfutils.model.offline_compile import compile_launch
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     generator = torch.Generator().manual_seed(0)

@@ -1,13 +1,14 @@
 """Roofline figures for the loss kernels, and the tables behind them.
 
-Wraps :mod:`perfutils.roofline` (ceilings, ``loss_cost``, ``place``) for DataFrames of measured
-rows (``perfutils.records`` schema): pick the best configuration per group, attach the algorithmic
+Wraps :mod:`perfutils.model.roofline` (ceilings, ``loss_cost``, ``place``) for DataFrames of measured
+rows (:mod:`perfutils.measure.schema`): pick the best configuration per group, attach the algorithmic
 cost of each row, place it under the roofs, and draw
 
 * :func:`plot_roofline_points` - every (loss, variant) on one log-log roofline, with the DRAM/L2
   roofs, the FP32 roof and each loss's exp2 (MUFU) roof;
 * :func:`plot_distance_to_floor` - % of copy bandwidth per (loss, variant), one panel per vocab:
-  100 % is the floor (minimum bytes moved at copy bandwidth).
+  100 % is the floor (minimum bytes moved at copy bandwidth);
+* :func:`plot_roofline` - any labelled points (flops, bytes, time) on a roofline of given ceilings.
 
 Points sit at the *algorithmic* intensity (minimum flops / minimum bytes), so two variants of one
 loss share an x: what separates them is time, i.e. the height of the point.
@@ -19,8 +20,8 @@ import math
 
 import pandas as pd
 
-from perfutils.plots.figures import caption
-from perfutils.model.roofline import Ceilings, loss_cost, place
+from ..model.roofline import Ceilings, KernelCost, loss_cost, place
+from .figures import caption
 
 __all__ = [
     "VARIANT_ORDER",
@@ -33,6 +34,7 @@ __all__ = [
     "floor_table",
     "plot_roofline_points",
     "plot_distance_to_floor",
+    "plot_roofline",
 ]
 
 # Stable colours: the project's variants first, then PyTorch and library baselines.
@@ -127,8 +129,6 @@ def roofline_table(df: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     if not {"flops", "bytes", "transcendentals"} <= set(df.columns):
         df = with_costs(df)
     _check_frame(df, ["ms_median", "flops", "bytes", "transcendentals"])
-    from perfutils.model.roofline import KernelCost
-
     out = df.copy()
     placements = [place(KernelCost(bytes=float(b), flops=float(f), transcendentals=float(t)), float(ms) / 1e3, ceilings)
                   for b, f, t, ms in zip(out["bytes"], out["flops"], out["transcendentals"], out["ms_median"])]
@@ -313,3 +313,90 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------------------------------------------------
+# A roofline of arbitrary points
+# ------------------------------------------------------------------------------------------
+
+def _points_with_rates(points_df: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(points_df, pd.DataFrame):
+        raise TypeError(f"points_df: expected a DataFrame, got {type(points_df).__name__}")
+    df = points_df.copy()
+    if "time_s" not in df.columns:
+        for ms_column in ("ms_median", "ms"):
+            if ms_column in df.columns:
+                df["time_s"] = df[ms_column] / 1e3
+                break
+    missing = {"label", "flops", "bytes", "time_s"} - set(df.columns)
+    if missing:
+        raise ValueError(f"points_df: missing columns {sorted(missing)} (need label, flops, bytes "
+                         "and time_s, ms_median or ms)")
+    if (df["flops"] <= 0).any() or (df["bytes"] <= 0).any() or (df["time_s"] <= 0).any():
+        raise ValueError("points_df: flops, bytes and time must be > 0 on a log-log roofline")
+    df["intensity"] = df["flops"] / df["bytes"]
+    df["tflops"] = df["flops"] / df["time_s"] / 1e12
+    return df
+
+
+def plot_roofline(ax, points_df: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None):
+    """Log-log roofline: FP32 TFLOP/s against flop/byte, memory roofs as slanted lines.
+
+    ``points_df`` needs ``label, flops, bytes`` and ``time_s`` (or ``ms_median``/``ms``); with a
+    ``transcendentals`` column each point also gets a short dashed mark at its own exp2 roof
+    (MUFU rate x the point's flops per transcendental). Returns the axes.
+    """
+    import matplotlib.pyplot as plt  # lazy: importing perfutils must not pick a backend
+
+    if not isinstance(ceilings, Ceilings):
+        raise TypeError(f"ceilings: expected a Ceilings, got {type(ceilings).__name__}")
+    points = _points_with_rates(points_df)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.0, 4.8))
+
+    memory_roofs = [("DRAM copy", ceilings.dram_gbps, "-"),
+                    ("DRAM read", ceilings.dram_read_gbps, "--"),
+                    ("L2 read", ceilings.l2_gbps, ":")]
+    memory_roofs = [(name, bw, style) for name, bw, style in memory_roofs if bw is not None]
+    compute = ceilings.fp32_tflops
+    ridges = [compute * 1e3 / bw for _, bw, _ in memory_roofs] if compute else []
+    span = list(points["intensity"]) + ridges
+    x_lo = 10 ** math.floor(math.log10(min(span)) - 1)
+    x_hi = 10 ** math.ceil(math.log10(max(span)) + 1)
+    xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+
+    for name, bw, style in memory_roofs:
+        ys = [x * bw / 1e3 for x in xs]  # flop/B x GB/s = GFLOP/s -> TFLOP/s
+        if compute:
+            ys = [min(y, compute) for y in ys]
+        ax.plot(xs, ys, style, color="black", linewidth=1.2, label=f"{name} {bw:,.0f} GB/s")
+    if compute:
+        ax.axhline(compute, color="tab:blue", linewidth=1.2,
+                   label=f"FP32 {compute:,.1f} TFLOP/s")
+
+    has_sfu = ceilings.exp2_tops is not None and "transcendentals" in points.columns
+    sfu_labelled = False
+    for i, row in enumerate(points.itertuples(index=False)):
+        color = f"C{(i + 1) % 10}"
+        ax.plot([row.intensity], [row.tflops], "o", color=color)
+        # Staggered offsets keep labels of coinciding points apart (deterministically).
+        ax.annotate(str(row.label), (row.intensity, row.tflops), textcoords="offset points",
+                    xytext=(6, 6 - 11 * (i % 3)), fontsize=8)
+        if has_sfu and row.transcendentals > 0:
+            sfu_roof = ceilings.exp2_tops * row.flops / row.transcendentals
+            ax.plot([row.intensity / 1.8, row.intensity * 1.8], [sfu_roof, sfu_roof], "--",
+                    color=color, linewidth=1.5,
+                    label=None if sfu_labelled else
+                    f"exp2 roof per point ({ceilings.exp2_tops:,.2f} Tops/s)")
+            sfu_labelled = True
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_xlabel("arithmetic intensity (FP32 flop / DRAM byte)")
+    ax.set_ylabel("achieved FP32 rate (TFLOP/s)")
+    gpu = ceilings.gpu or "unknown GPU"
+    ax.set_title(title if title is not None else f"Roofline, {gpu} ({ceilings.source} ceilings)")
+    ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

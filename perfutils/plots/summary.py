@@ -1,6 +1,6 @@
 """Markdown tables of the recorded results (the README's numbers come from here).
 
-    python -m perfutils.summary [--gpu-dir data/h100-sxm-80gb]
+    python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .plots.sweeps import best_per_group
-from .measure.records import load_metadata, load_records
+from ..measure.records import load_metadata, load_records
+from .sweeps import best_per_group
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
     ("cross_entropy", "labels", 32768, 0.198),
@@ -63,7 +63,7 @@ def ratio_line(best) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.summary")
+    parser = argparse.ArgumentParser(prog="python -m perfutils.plots.summary")
     parser.add_argument("--gpu-dir", type=Path, default=Path("data/h100-sxm-80gb"))
     args = parser.parse_args(argv)
     print(benchmark_table(args.gpu_dir))
