@@ -10,7 +10,7 @@
   sampled rows that include rows whose offsets pass 2**31;
 * the cooperative split_row refuses (ValueError) a grid that cannot be co-resident with
   cooperative=True and falls back to the multi-launch form with cooperative=None;
-* the occupancy that ``perfutils.occupancy`` predicts for each launched kernel equals the driver's
+* the occupancy that ``perfutils.model.occupancy`` predicts for each launched kernel equals the driver's
   ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
 
 Run with ``pytest -m gpu -s tests/test_gpu_kernels.py`` to see the errors printed for each case.

@@ -1,4 +1,5 @@
-"""perfutils.profiling: profiler tables, ncu CSV parsing, the (fake-GPU) measurement pipeline, figures."""
+"""perfutils.measure.profiling, ncu, profiler and perfutils.plots.profiling: profiler tables, ncu CSV parsing,
+the (fake-GPU) measurement pipeline, figures."""
 
 import os
 

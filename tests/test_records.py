@@ -1,4 +1,4 @@
-"""perfutils.records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
+"""perfutils.measure.store and records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from perfutils.measure import store as store_module
 from perfutils.measure.records import check_single_gpu, load_metadata, load_records
-from perfutils.measure.schema import (COLUMNS, SCHEMA_VERSION, DataFileError, IncompatibleDataError, config_key, data_path,
-                                      gpu_slug)
+from perfutils.measure.schema import (COLUMNS, SCHEMA_VERSION, DataFileError, IncompatibleDataError, config_key,
+                                      data_path, gpu_slug)
 from perfutils.measure.store import ResultStore
 
 H100 = "NVIDIA H100 80GB HBM3"

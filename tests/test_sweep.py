@@ -1,4 +1,5 @@
-"""perfutils.sweep and the CLI, on a CPU: the measuring step is a fake, so nothing here times anything."""
+"""perfutils.measure.sweep (sweep_config, measurer) and the CLI, on a CPU: the measuring step is a fake, so nothing
+here times anything."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""perfutils.teaching: the teaching kernels (under TRITON_INTERPRET=1 on a CPU), the measurement
-pipeline with a fake GPU back end (CSV + JSON through ResultStore), and the figures."""
+"""kernels.teaching, perfutils.measure.teaching and perfutils.plots.teaching: the teaching kernels (under
+TRITON_INTERPRET=1 on a CPU), the measurement pipeline with a fake GPU back end (CSV + JSON through ResultStore),
+and the figures."""
 
 import os
 

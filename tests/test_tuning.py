@@ -74,7 +74,7 @@ def test_tuned_config_reads_the_gpu_table_under_out(tmp_path):
 
 
 def test_committed_table_is_built_from_the_committed_studies():
-    """tuning.csv is exactly what perfutils.tuning builds from the recorded sweeps (not hand-edited, not stale)."""
+    """tuning.csv is exactly what perfutils.measure.tuning builds from the recorded sweeps (not hand-edited, not stale)."""
     built = tuning.build_tuning_table(H100_DIR)
     committed = pd.read_csv(H100_DIR / "tuning.csv", keep_default_na=False)
     assert len(built) == len(committed)

@@ -208,7 +208,7 @@ def ncu_rows(parsed: pd.DataFrame, predictions: Sequence[Mapping[str, Any]], *, 
     """Rows for ``profile_ncu.csv``: each ncu launch beside perfutils' prediction for that kernel.
 
     ``predictions``: one dict per expected launch, in launch order, with variant, kernel (function
-    name), launch, block_size, num_warps and the :func:`perfutils.teaching.kernel_stats` values.
+    name), launch, block_size, num_warps and the :func:`perfutils.model.compiled_kernel.kernel_stats` values.
     Launches are matched in order when ncu saw exactly the expected sequence of kernels, else by name.
     """
     if parsed.empty:

@@ -137,7 +137,7 @@ class ResultStore:
 
     Args:
         path_csv: the CSV path (the sidecar is the same path with ``.json``).
-        metadata: this session's metadata (``perfutils.metadata.collect_metadata``); written to the
+        metadata: this session's metadata (``perfutils.measure.metadata.collect_metadata``); written to the
             sidecar on the first append. ``None``: collected when first needed.
         allow_mixed: accept rows whose GPU or schema differs from what the file already holds.
         overwrite: start a new file; existing CSV/JSON are renamed to ``<stem>.replaced-<UTC>.*``

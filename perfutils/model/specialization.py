@@ -87,7 +87,7 @@ def _parameters_of(fn: Any) -> Any:
     """A JITFunction for ``fn``'s parameter list (constexpr flags, do_not_specialize, annotations).
 
     Under the interpreter ``fn`` is an InterpretedFunction: a JITFunction is built around the same Python
-    function only to read its signature; nothing is compiled in this process (see :mod:`compile_worker`)."""
+    function only to read its signature; nothing is compiled in this process (see :mod:`perfutils.model.compile_worker`)."""
     if is_jit_function(fn):
         return fn
     raw = raw_python_function(fn)

@@ -1,4 +1,5 @@
-"""Deterministic figure files (the same data gives byte-identical SVG and PNG files), and their captions."""
+"""What every figure shares: deterministic files (the same data gives byte-identical SVG and PNG files),
+a caption naming the GPU and the date, and the check that a frame has the columns a figure needs."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def save_figure(fig, path: str | Path, *, formats=("svg", "png"), dpi: int = 120
         fig.savefig(target, format=fmt, dpi=dpi, bbox_inches="tight", metadata=metadata)
         written.append(target)
     return written
+
+
+def check_frame(df, columns, name="df") -> None:
+    """TypeError unless ``df`` is a DataFrame, ValueError naming the ``columns`` it lacks."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{name}: expected a DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{name}: missing columns {missing}")
 
 
 def caption(gpu_name: str | None, date: str | None, extra: str = "") -> str:

@@ -183,7 +183,7 @@ def plot_occupancy_curves(curves: dict, *, title: str | None = None, axes=None):
     """Three panels, as in NVIDIA's calculator: occupancy against registers/thread, threads/block
     and shared memory/block, each varied alone around the current configuration.
 
-    ``curves`` is what :func:`perfutils.occupancy.occupancy_curves` returns. The step line is the
+    ``curves`` is what :func:`perfutils.model.occupancy.occupancy_curves` returns. The step line is the
     occupancy; its dots are coloured by the binding limit at that value; the current configuration
     is a red ring annotated with its blocks/SM and binding limit. Returns the Figure.
     """

@@ -24,6 +24,7 @@ from ..measure.schema import error_text
 from ..model.occupancy import occupancy_of_counts
 from ..model.offline_compile import compile_launch
 from ..model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
+from .figures import check_frame
 
 __all__ = [
     "CONFIG_KEYS",
@@ -35,14 +36,6 @@ __all__ = [
 ]
 
 CONFIG_KEYS = ("loss", "target_format", "variant", "vocab", "block_size", "num_warps")
-
-
-def _check_frame(df, columns, name="df") -> None:
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"{name}: expected a DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{name}: missing columns {missing}")
 
 
 def _limiting(entries: list[dict]) -> dict:
@@ -122,7 +115,7 @@ def with_estimates(df: pd.DataFrame, live_tiles: dict, overhead: int = DEFAULT_O
     registers the kernel would have liked), ``spills`` and ``implied_tiles``
     (``(demand - overhead) / values_per_thread``: the live tiles the compiler's count corresponds to).
     """
-    _check_frame(df, ["loss", "target_format", "block_size", "num_warps", "n_regs", "spill_bytes"])
+    check_frame(df, ["loss", "target_format", "block_size", "num_warps", "n_regs", "spill_bytes"])
     if not isinstance(live_tiles, dict):
         raise TypeError("live_tiles: expected a dict like {'cross_entropy/labels': 2}, "
                         f"got {type(live_tiles).__name__}")
@@ -157,8 +150,8 @@ def compare_offline_measured(offline: pd.DataFrame, measured: pd.DataFrame, *, o
     it, while a GPU run records Triton's ``metadata.shared`` (dynamic shared memory) alone."""
     on = list(on)
     counts = ["n_regs", "spill_bytes", "shared_bytes"]
-    _check_frame(offline, on + counts, "offline")
-    _check_frame(measured, on + counts, "measured")
+    check_frame(offline, on + counts, "offline")
+    check_frame(measured, on + counts, "measured")
     left = offline[offline["status"] == "ok"] if "status" in offline.columns else offline
     right = measured.dropna(subset=["n_regs"])
     left = left[on + counts].drop_duplicates(subset=on)
@@ -187,7 +180,7 @@ def spill_onset(df: pd.DataFrame, *, by=("loss", "target_format", "variant", "vo
     ``largest_clean_block`` (largest block size below it, or the largest tried when none spills)
     and ``spill_bytes_there``."""
     by = list(by)
-    _check_frame(df, by + ["block_size", value])
+    check_frame(df, by + ["block_size", value])
     rows = []
     data = df.dropna(subset=[value, "block_size"])
     for key, part in data.groupby(by, sort=True):
@@ -223,7 +216,7 @@ def plot_register_pressure(df: pd.DataFrame, *, live_tiles: dict, overhead: int 
     import matplotlib.ticker  # noqa: F401 - used through matplotlib.ticker
     from matplotlib.lines import Line2D
 
-    _check_frame(df, ["loss", "target_format", "block_size", "num_warps", "n_regs", "spill_bytes"])
+    check_frame(df, ["loss", "target_format", "block_size", "num_warps", "n_regs", "spill_bytes"])
     data = df.dropna(subset=["n_regs", "block_size", "num_warps"]).copy()
     if data.empty:
         raise ValueError("df: no row with n_regs, block_size and num_warps")

@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 from ..model.roofline import Ceilings, KernelCost, loss_cost, place
-from .figures import caption
+from .figures import caption, check_frame
 
 __all__ = [
     "VARIANT_ORDER",
@@ -46,14 +46,6 @@ DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2, "fp
 GROUP_COLUMNS = ("loss", "target_format", "variant", "dtype", "tokens", "vocab")
 
 
-def _check_frame(df, columns, name="df") -> None:
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"{name}: expected a DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{name}: missing columns {missing}")
-
-
 def _variant_key(variant: str):
     return (VARIANT_ORDER.index(variant), "") if variant in VARIANT_ORDER else (len(VARIANT_ORDER), variant)
 
@@ -69,7 +61,7 @@ def measured_date(df: pd.DataFrame) -> str | None:
 
 
 def figure_title(what: str, gpu_name: str | None, date: str | None, extra: str = "") -> str:
-    """``what`` plus the GPU and measurement date (:func:`perfutils.figures.caption`)."""
+    """``what`` plus the GPU and measurement date (:func:`perfutils.plots.figures.caption`)."""
     suffix = caption(gpu_name, date, extra)
     return f"{what}\n{suffix}" if suffix else what
 
@@ -77,7 +69,7 @@ def figure_title(what: str, gpu_name: str | None, date: str | None, extra: str =
 def best_rows(df: pd.DataFrame, by=GROUP_COLUMNS) -> pd.DataFrame:
     """The fastest ``status == "ok"`` row (lowest ``ms_median``) of each group ``by``."""
     by = list(by)
-    _check_frame(df, by + ["ms_median", "status"])
+    check_frame(df, by + ["ms_median", "status"])
     ok = df[(df["status"] == "ok") & df["ms_median"].notna()]
     if ok.empty:
         raise ValueError("df: no row with status 'ok' and a time; nothing to place")
@@ -97,8 +89,8 @@ def _dtype_bytes(dtype) -> int:
 
 def with_costs(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``flops``, ``transcendentals``, ``bytes`` (``bytes_min`` when recorded, else
-    :func:`perfutils.roofline.loss_cost`) and ``loss_label`` (``loss/target_format``) per row."""
-    _check_frame(df, ["loss", "target_format", "tokens", "vocab", "dtype"])
+    :func:`perfutils.model.roofline.loss_cost`) and ``loss_label`` (``loss/target_format``) per row."""
+    check_frame(df, ["loss", "target_format", "tokens", "vocab", "dtype"])
     out = df.copy()
     costs = [loss_cost(str(l), str(f), int(t), int(v), _dtype_bytes(d))
              for l, f, t, v, d in zip(out["loss"], out["target_format"], out["tokens"], out["vocab"], out["dtype"])]
@@ -128,7 +120,7 @@ def roofline_table(df: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
         raise TypeError(f"df: expected a DataFrame, got {type(df).__name__}")
     if not {"flops", "bytes", "transcendentals"} <= set(df.columns):
         df = with_costs(df)
-    _check_frame(df, ["ms_median", "flops", "bytes", "transcendentals"])
+    check_frame(df, ["ms_median", "flops", "bytes", "transcendentals"])
     out = df.copy()
     placements = [place(KernelCost(bytes=float(b), flops=float(f), transcendentals=float(t)), float(ms) / 1e3, ceilings)
                   for b, f, t, ms in zip(out["bytes"], out["flops"], out["transcendentals"], out["ms_median"])]
@@ -192,7 +184,7 @@ def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str 
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    _check_frame(table, ["variant", "loss_label", "intensity", "tflops", "flops", "transcendentals"], "table")
+    check_frame(table, ["variant", "loss_label", "intensity", "tflops", "flops", "transcendentals"], "table")
     if not isinstance(ceilings, Ceilings):
         raise TypeError(f"ceilings: expected a Ceilings, got {type(ceilings).__name__}")
     if table.empty:
@@ -261,7 +253,7 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
     """
     import matplotlib.pyplot as plt
 
-    _check_frame(table, ["variant", "loss_label", "vocab", "pct_of_copy"], "table")
+    check_frame(table, ["variant", "loss_label", "vocab", "pct_of_copy"], "table")
     if table.empty:
         raise ValueError("table: no rows to plot")
     vocabs = sorted(int(v) for v in table["vocab"].unique())
