@@ -183,6 +183,28 @@ def test_no_module_uses_another_modules_private_names():
         f"{module}: {use}" for module, uses in sorted(private.items()) for use in uses)
 
 
+def test_the_walk_sees_lazy_relative_and_private_uses():
+    modules = {"pkg": Path("pkg/__init__.py"), "pkg.a": Path("pkg/a.py"), "pkg.b": Path("pkg/b.py"),
+               "pkg.sub": Path("pkg/sub/__init__.py"), "pkg.sub.c": Path("pkg/sub/c.py")}
+    source = (
+        "from .b import _hidden, public\n"
+        "import pkg.b as alias\n"
+        "alias._state\n"
+        "from . import b\n"
+        "b._helper()\n"
+        "import pkg.sub.c\n"
+        "pkg.sub.c._x\n"
+        "b.__name__\n"
+        "def f():\n"
+        "    from .sub.c import value\n"
+    )
+    visitor = _Imports("pkg.a", False, modules)
+    visitor.visit(ast.parse(source))
+    assert visitor.edges == {"pkg.b", "pkg.sub.c"}
+    assert [use.split(": ", 1)[1] for use in visitor.private] == [
+        "from pkg.b import _hidden", "pkg.b._state", "pkg.b._helper", "pkg.sub.c._x"]
+
+
 @pytest.mark.parametrize("source, expected", [
     ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
     ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
