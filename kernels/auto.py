@@ -40,7 +40,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 @functools.lru_cache(maxsize=None)
 def load_tuning_table(gpu_name: str, data_dir: Path = DATA_DIR) -> tuple[dict, ...]:
     """Rows of the tuning table recorded on this GPU under ``data_dir`` (empty if there is none)."""
-    from perfutils.records import gpu_slug
+    from perfutils.measure.schema import gpu_slug
 
     path = Path(data_dir) / gpu_slug(gpu_name) / "tuning.csv"
     if not path.exists():

@@ -382,7 +382,7 @@ def max_resident_programs(launch: Launch) -> int:
     device = launch.args["logits_ptr"].device
     if device.type != "cuda":
         return 0
-    from perfutils.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
+    from perfutils.model.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
 
     with torch.cuda.device(device):
         kernel = launch.fn.warmup(**launch.args, **launch.constexprs, grid=launch.grid, **launch.options)

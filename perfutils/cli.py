@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .records import DataFileError, IncompatibleDataError
+from .measure.schema import DataFileError, IncompatibleDataError
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -34,7 +34,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .sweep import load_config, run_sweep
+    from .measure.sweep import run_sweep
+    from .measure.sweep_config import load_config
 
     overrides = {}
     if args.out is not None:
@@ -55,11 +56,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .metadata import collect_metadata
+    from .measure.metadata import collect_metadata
 
     copy_gbps = None
     if args.copy:
-        from .timing import copy_bandwidth_gbps
+        from .measure.timing import copy_bandwidth_gbps
 
         copy_gbps = copy_bandwidth_gbps()
     print(json.dumps(collect_metadata({}, copy_gbps), indent=2, default=str))

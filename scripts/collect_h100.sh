@@ -11,10 +11,10 @@ case "$stage" in
     python3 - <<'PY'
 from pathlib import Path
 import torch
-from perfutils import ceilings, metadata, records
+from perfutils.measure import ceilings, metadata, schema
 df = ceilings.measure_ceilings()
 copy = float(df.loc[df["ceiling"].str.startswith("dram_copy"), "value"].max())
-path = records.data_path("data", torch.cuda.get_device_name(), "ceilings")
+path = schema.data_path("data", torch.cuda.get_device_name(), "ceilings")
 if path.exists():
     raise SystemExit(f"{path} exists: not overwriting recorded ceilings")
 meta = metadata.collect_metadata({"study": "ceilings"}, copy)
@@ -25,38 +25,38 @@ PY
     ;;
   tuning) python3 -m perfutils sweep --config notebooks/params/split_row_tuning.yaml ;;
   unsplit-tuning) python3 -m perfutils sweep --config notebooks/params/split_row_unsplit_tuning.yaml ;;
-  case) python3 -m perfutils.studies case_study --out data ;;
+  case) python3 -m perfutils.measure.studies case_study --out data ;;
   fused) python3 -m perfutils sweep --config notebooks/params/sweep_fused.yaml ;;
   two_pass) python3 -m perfutils sweep --config notebooks/params/sweep_two_pass.yaml ;;
   benchmark)
-    python3 -m perfutils.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
-    python3 -m perfutils.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
+    python3 -m perfutils.measure.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
+    python3 -m perfutils.measure.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
   resume-demo)  # SIGKILL a real sweep mid-way, check the CSV, resume it
     rm -rf /tmp/resume_demo
     timeout -s KILL 12 python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml || echo "killed: exit $?"
     f=$(ls /tmp/resume_demo/*/resume_demo.csv); echo "rows after kill: $(($(wc -l < "$f") - 1))"
-    python3 -c "from perfutils.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
+    python3 -c "from perfutils.measure.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
     python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml | grep -E "already|done"
     echo "rows after resume: $(($(wc -l < "$f") - 1))" ;;
   ptxas-torch)  # the same kernels built by torch's ptxas (what torch.compile switches a process to)
     TRITON_PTXAS_PATH="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')" \
       python3 -m perfutils sweep --config notebooks/params/ptxas_torch_spot.yaml ;;
   gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
-  occupancy) python3 -m perfutils.occupancy_check --out data ;;
-  tuning-table) python3 -m perfutils.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
+  occupancy) python3 -m perfutils.measure.occupancy_check --out data ;;
+  tuning-table) python3 -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
   forget-project)  # after a kernel or tuning-table change: forget the project variants' rows in the
     # benchmark and case study (git keeps them); the stages case and benchmark then measure just those
     # again and the sidecars record the new session.
     python3 - <<'PY'
 import pandas as pd
 import torch
-from perfutils import records
+from perfutils.measure import records, schema, store
 for study, variants in (("benchmark", ["fused", "two_pass", "split_row", "auto"]), ("case_study", ["split_row", "auto"])):
-    path = records.data_path("data", torch.cuda.get_device_name(), study)
+    path = schema.data_path("data", torch.cuda.get_device_name(), study)
     df = pd.read_csv(path)
     keep = ~df["variant"].isin(variants)
     print(f"{path}: re-measuring {int((~keep).sum())} {'/'.join(variants)} rows of {len(df)}")
-    records.write_table(df[keep], path, records.load_metadata(path), overwrite=True)
+    store.write_table(df[keep], path, records.load_metadata(path), overwrite=True)
 PY
     ;;
   ncu-split-row)  # Nsight Compute sections (speed of light, warp stalls, occupancy, memory) of the kernel

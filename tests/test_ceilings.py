@@ -20,16 +20,17 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import perfutils.ceilings as ceilings  # noqa: E402
-from perfutils.roofline import ceilings_from_records  # noqa: E402
+import kernels.microbench as microbench  # noqa: E402
+from perfutils.measure import ceilings  # noqa: E402
+from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 
 # The interpreter turns a runtime loop bound into an int via a 1-element array (NumPy warns).
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 
-if type(ceilings.copy_kernel).__name__ != "InterpretedFunction":
-    # Another test module imported perfutils.ceilings before the interpreter was switched on;
+if type(microbench.copy_kernel).__name__ != "InterpretedFunction":
+    # Another test module imported kernels.microbench before the interpreter was switched on;
     # re-decorate its kernels in interpreter mode.
-    ceilings = importlib.reload(ceilings)
+    microbench = importlib.reload(microbench)
 
 
 @pytest.fixture
@@ -40,16 +41,16 @@ def gen():
 def test_copy_kernel_copies_irregular_length(gen):
     src = torch.randn(3 * 64 + 17, generator=gen)
     dst = torch.full_like(src, float("nan"))
-    ceilings.launch_copy(src, dst, block_size=64, num_warps=1)
+    microbench.launch_copy(src, dst, block_size=64, num_warps=1)
     assert torch.equal(dst, src)
 
 
 def test_read_sum_kernel_partials_add_up(gen):
     src = torch.rand(5 * 4 * 32 + 11, generator=gen) + 0.5
-    programs = ceilings.read_sum_programs(src.numel(), tiles=4, block_size=32)
+    programs = microbench.read_sum_programs(src.numel(), tiles=4, block_size=32)
     assert programs == 6
     partial = torch.empty(programs)
-    ceilings.launch_read_sum(src, partial, tiles=4, block_size=32, num_warps=1)
+    microbench.launch_read_sum(src, partial, tiles=4, block_size=32, num_warps=1)
     chunks = torch.nn.functional.pad(src.double(), (0, programs * 128 - src.numel()))
     torch.testing.assert_close(partial.double(), chunks.view(programs, 128).sum(1),
                                rtol=1e-5, atol=1e-5)
@@ -60,14 +61,14 @@ def test_l2_read_kernel_reads_a_moving_block_each_pass(gen):
     block, n_blocks, programs, passes = 16, 5, 3, 7
     src = torch.rand(n_blocks * block, generator=gen) + 0.5
     out = torch.empty(programs)
-    ceilings.launch_l2_read(src, out, passes=passes, block_size=block, num_warps=1)
+    microbench.launch_l2_read(src, out, passes=passes, block_size=block, num_warps=1)
     block_sums = src.double().view(n_blocks, block).sum(1)
     expected = torch.tensor([sum(block_sums[(p + i * programs) % n_blocks].item()
                                  for i in range(passes)) for p in range(programs)],
                             dtype=torch.float64)
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="block_size"):
-        ceilings.launch_l2_read(src[:-1].contiguous(), out, passes=1, block_size=block)
+        microbench.launch_l2_read(src[:-1].contiguous(), out, passes=1, block_size=block)
 
 
 def _fma_closed_form(x: np.ndarray, steps: int, mul: float, add: float) -> np.ndarray:
@@ -80,20 +81,20 @@ def test_fma_kernel_matches_closed_form(gen):
     x = torch.rand(2 * 32, generator=gen)
     out = torch.empty_like(x)
     iters, unroll, mul, add = 5, 4, 0.9, 0.1
-    ceilings.launch_fma(x, out, iters=iters, mul=mul, add=add, block_size=32, unroll=unroll,
-                        num_warps=1)
+    microbench.launch_fma(x, out, iters=iters, mul=mul, add=add, block_size=32, unroll=unroll,
+                          num_warps=1)
     expected = _fma_closed_form(x.double().numpy(), iters * unroll, mul, add)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5)
     # The flop count the benchmark reports: 2 flops x 4 chains x unroll x iters per element.
-    assert 2 * ceilings.FMA_CHAINS * unroll * iters * x.numel() == 2 * 4 * 20 * 64
+    assert 2 * microbench.FMA_CHAINS * unroll * iters * x.numel() == 2 * 4 * 20 * 64
 
 
 def test_exp2_kernel_matches_recurrence(gen):
     x = torch.rand(2 * 32, generator=gen)
     out = torch.empty_like(x)
     iters, unroll = 3, 4
-    ceilings.launch_exp2(x, out, iters=iters, scale=-1.0, block_size=32, unroll=unroll,
-                         num_warps=1)
+    microbench.launch_exp2(x, out, iters=iters, scale=-1.0, block_size=32, unroll=unroll,
+                           num_warps=1)
     chains = [x.double().numpy() + j / 4 for j in range(4)]
     for _ in range(iters * unroll):
         chains = [np.exp2(-a) for a in chains]
@@ -104,13 +105,13 @@ def test_exp2_kernel_matches_recurrence(gen):
 def test_launchers_reject_bad_input():
     x = torch.rand(64)
     with pytest.raises(ValueError, match="out"):
-        ceilings.launch_fma(x, torch.empty(32), iters=1, mul=1.0, add=0.0, block_size=32)
+        microbench.launch_fma(x, torch.empty(32), iters=1, mul=1.0, add=0.0, block_size=32)
     with pytest.raises(ValueError, match="iters"):
-        ceilings.launch_exp2(x, torch.empty(64), iters=0, block_size=32)
+        microbench.launch_exp2(x, torch.empty(64), iters=0, block_size=32)
     with pytest.raises(TypeError, match="src"):
-        ceilings.launch_copy([1.0], torch.empty(1))
+        microbench.launch_copy([1.0], torch.empty(1))
     with pytest.raises(ValueError, match="dst"):
-        ceilings.launch_copy(x, torch.empty(63))
+        microbench.launch_copy(x, torch.empty(63))
 
 
 def test_measure_raises_without_cuda():

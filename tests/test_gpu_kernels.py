@@ -10,7 +10,7 @@
   sampled rows that include rows whose offsets pass 2**31;
 * the cooperative split_row refuses (ValueError) a grid that cannot be co-resident with
   cooperative=True and falls back to the multi-launch form with cooperative=None;
-* the occupancy that ``perfutils.occupancy`` predicts for each launched kernel equals the driver's
+* the occupancy that ``perfutils.model.occupancy`` predicts for each launched kernel equals the driver's
   ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
 
 Run with ``pytest -m gpu -s tests/test_gpu_kernels.py`` to see the errors printed for each case.
@@ -248,7 +248,7 @@ def test_cooperative_is_default_when_resident():
 
 def driver_blocks_per_sm(compiled) -> int:
     pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
-    from perfutils.occupancy import driver_blocks_per_sm as driver_query
+    from perfutils.model.occupancy import driver_blocks_per_sm as driver_query
 
     return driver_query(compiled)
 
@@ -273,7 +273,7 @@ OCCUPANCY_IDS = ["fused-default", "fused-bs4096-w4", "two_pass-mixed", "split_ro
 @pytest.mark.parametrize("config", OCCUPANCY_CONFIGS, ids=OCCUPANCY_IDS)
 @pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
 def test_occupancy_matches_driver(loss_index, config):
-    from perfutils.occupancy import occupancy_of_compiled
+    from perfutils.model.occupancy import occupancy_of_compiled
 
     variant, block_size, num_warps, options = config
     problem = Problem(512, 32768, loss_index, seed=9)

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from perfutils import occupancy as occ_mod
-from perfutils.hardware import SM_LIMITS, sm_limits
-from perfutils.occupancy import (
+from perfutils.model import occupancy as occ_mod
+from perfutils.model.hardware import SM_LIMITS, sm_limits
+from perfutils.model.occupancy import (
     max_coresident_programs,
     occupancy,
     occupancy_curves,

@@ -1,4 +1,4 @@
-"""perfutils.plot_occupancy / plot_roofline / plot_registers: the frames and the figures, on tiny inputs."""
+"""perfutils.plots.occupancy / roofline / registers: the frames and the figures, on tiny inputs."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-import perfutils.plot_occupancy as pocc  # noqa: E402
-import perfutils.plot_registers as preg  # noqa: E402
-import perfutils.plot_roofline as prf  # noqa: E402
-from perfutils.figures import save_figure  # noqa: E402
-from perfutils.occupancy import occupancy, occupancy_curves  # noqa: E402
-from perfutils.roofline import Ceilings, loss_cost  # noqa: E402
+import perfutils.plots.occupancy as pocc  # noqa: E402
+import perfutils.plots.registers as preg  # noqa: E402
+import perfutils.plots.roofline as prf  # noqa: E402
+from perfutils.model.occupancy import occupancy, occupancy_curves  # noqa: E402
+from perfutils.model.roofline import Ceilings, loss_cost  # noqa: E402
+from perfutils.plots.figures import save_figure  # noqa: E402
 
 GPU = "NVIDIA H100 80GB HBM3"
 CEIL = Ceilings(dram_gbps=3000.0, dram_read_gbps=3200.0, l2_gbps=10000.0, fp32_tflops=60.0, exp2_tops=4.0,

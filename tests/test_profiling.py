@@ -1,4 +1,5 @@
-"""perfutils.profiling: profiler tables, ncu CSV parsing, the (fake-GPU) measurement pipeline, figures."""
+"""perfutils.measure.profiling, ncu, profiler and perfutils.plots.profiling: profiler tables, ncu CSV parsing,
+the (fake-GPU) measurement pipeline, figures."""
 
 import os
 
@@ -20,9 +21,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils import profiling  # noqa: E402
-from perfutils.records import load_records  # noqa: E402
-from perfutils.timing import BenchResult  # noqa: E402
+from perfutils.measure import ncu, profiler, profiling  # noqa: E402
+from perfutils.plots import profiling as plots  # noqa: E402
+from perfutils.measure.records import load_records  # noqa: E402
+from perfutils.measure.timing import BenchResult  # noqa: E402
 
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capability": [9, 0], "sm_count": 132}
 TOKENS, VOCAB = 16, 300
@@ -81,29 +83,29 @@ def _quiet_interpreter():
 
 
 def test_short_kernel_names():
-    assert profiling.short_kernel_name(FILL) == "vectorized_elementwise_kernel"
-    assert profiling.short_kernel_name("fused_loss_kernel") == "fused_loss_kernel"
-    assert profiling.short_kernel_name(
+    assert profiler.short_kernel_name(FILL) == "vectorized_elementwise_kernel"
+    assert profiler.short_kernel_name("fused_loss_kernel") == "fused_loss_kernel"
+    assert profiler.short_kernel_name(
         "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous "
         "namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)") == "cunn_SoftMaxForward"
-    assert profiling.short_kernel_name("Memset (Device)") == "Memset"
-    assert profiling.kernel_kind("Memset (Device)") == "memset"
-    assert profiling.kernel_kind("Memcpy DtoD (Device -> Device)") == "memcpy"
-    assert profiling.kernel_kind(FILL) == "kernel"
+    assert profiler.short_kernel_name("Memset (Device)") == "Memset"
+    assert profiler.kernel_kind("Memset (Device)") == "memset"
+    assert profiler.kernel_kind("Memcpy DtoD (Device -> Device)") == "memcpy"
+    assert profiler.kernel_kind(FILL) == "kernel"
 
 
 def test_kernel_table_keeps_device_events_per_step():
     events = [Event("aten::add", 10, 500.0, "DeviceType.CPU"), Event("b_kernel", 10, 300.0), Event("a_kernel", 5, 100.0),
               Event("Memset (Device)", 5, 100.0), Event("no_time", 5, None)]
-    table = profiling.kernel_table(events, steps=5)
+    table = profiler.kernel_table(events, steps=5)
     assert list(table["kernel"]) == ["b_kernel", "Memset (Device)", "a_kernel"]  # by time, then name
     assert list(table["calls_per_step"]) == [2.0, 1.0, 1.0]
     assert list(table["us_per_step"]) == [60.0, 20.0, 20.0]
     assert table["pct_of_device"].sum() == pytest.approx(100.0)
     assert list(table["kind"]) == ["kernel", "memset", "kernel"]
-    assert profiling.kernel_table([Event("aten::add", 1, 5.0, "DeviceType.CPU")], steps=1).empty
+    assert profiler.kernel_table([Event("aten::add", 1, 5.0, "DeviceType.CPU")], steps=1).empty
     with pytest.raises(ValueError):
-        profiling.kernel_table(events, steps=0)
+        profiler.kernel_table(events, steps=0)
 
 
 # ---- ncu CSV -----------------------------------------------------------------------------------
@@ -144,7 +146,7 @@ def _ncu_text(kernels):
 
 
 def test_parse_ncu_csv_one_row_per_launch_in_base_units():
-    parsed = profiling.parse_ncu_csv(_ncu_text(["fused_loss_kernel", "two_pass_stats_kernel"]))
+    parsed = ncu.parse_ncu_csv(_ncu_text(["fused_loss_kernel", "two_pass_stats_kernel"]))
     assert list(parsed["ncu_id"]) == [0, 1]
     assert list(parsed["kernel"]) == ["fused_loss_kernel", "two_pass_stats_kernel"]
     first = parsed.iloc[0]
@@ -157,9 +159,9 @@ def test_parse_ncu_csv_one_row_per_launch_in_base_units():
 
 
 def test_parse_ncu_csv_without_a_table_and_with_a_bad_header():
-    assert profiling.parse_ncu_csv("==PROF== nothing profiled\n==ERROR== no kernels were profiled\n").empty
+    assert ncu.parse_ncu_csv("==PROF== nothing profiled\n==ERROR== no kernels were profiled\n").empty
     with pytest.raises(ValueError, match="lacks"):
-        profiling.parse_ncu_csv('"ID","Kernel Name","Value"\n"0","k","1"\n')
+        ncu.parse_ncu_csv('"ID","Kernel Name","Value"\n"0","k","1"\n')
 
 
 @pytest.mark.parametrize("value,unit,expected", [
@@ -167,13 +169,13 @@ def test_parse_ncu_csv_without_a_table_and_with_a_bad_header():
     ("n/a", "", math.nan), ("", "", math.nan), ("3", "Mbyte", 3e6),
 ])
 def test_ncu_number(value, unit, expected):
-    result = profiling._ncu_number(value, unit)
+    result = ncu._ncu_number(value, unit)
     assert (math.isnan(result) and math.isnan(expected)) or result == pytest.approx(expected)
 
 
 def test_ncu_command_line():
-    command = profiling.ncu_command("/usr/bin/ncu", ["two_pass_grad_kernel", "fused_loss_kernel", "fused_loss_kernel"],
-                                    profiling.NCU_METRICS, "/tmp/s.py", [16, 300])
+    command = ncu.ncu_command("/usr/bin/ncu", ["two_pass_grad_kernel", "fused_loss_kernel", "fused_loss_kernel"],
+                              ncu.NCU_METRICS, "/tmp/s.py", [16, 300])
     assert command[:5] == ["/usr/bin/ncu", "--clock-control", "none", "--target-processes", "all"]
     assert command[command.index("-k") + 1] == "regex:fused_loss_kernel|two_pass_grad_kernel"
     assert "--csv" in command and command[-4:] == [sys.executable, "/tmp/s.py", "16", "300"]
@@ -193,8 +195,8 @@ PREDICTIONS = [
 
 
 def test_ncu_rows_put_prediction_beside_measurement():
-    parsed = profiling.parse_ncu_csv(_ncu_text(["fused_loss_kernel", "two_pass_stats_kernel"]))
-    rows = profiling.ncu_rows(parsed, PREDICTIONS, tokens=TOKENS, vocab=VOCAB, cc=(9, 0))
+    parsed = ncu.parse_ncu_csv(_ncu_text(["fused_loss_kernel", "two_pass_stats_kernel"]))
+    rows = ncu.ncu_rows(parsed, PREDICTIONS, tokens=TOKENS, vocab=VOCAB, cc=(9, 0))
     assert [r["variant"] for r in rows] == ["fused", "two_pass"]
     first = rows[0]
     assert first["status"] == "ok" and first["ms_median"] == pytest.approx(1.2345)
@@ -208,8 +210,8 @@ def test_ncu_rows_put_prediction_beside_measurement():
     assert first["ncu_dram_gbps"] == pytest.approx((268.44e6 + 0.27e9) / 1_234_500.0)
     assert "ncu_id=0" in first["config_key"] and rows[0]["config_key"] != rows[1]["config_key"]
     # Unexpected order: matched by name instead.
-    swapped = profiling.ncu_rows(profiling.parse_ncu_csv(_ncu_text(["two_pass_stats_kernel", "fused_loss_kernel"])),
-                                 PREDICTIONS, tokens=TOKENS, vocab=VOCAB)
+    swapped = ncu.ncu_rows(ncu.parse_ncu_csv(_ncu_text(["two_pass_stats_kernel", "fused_loss_kernel"])),
+                           PREDICTIONS, tokens=TOKENS, vocab=VOCAB)
     assert [r["variant"] for r in swapped] == ["two_pass", "fused"]
 
 
@@ -235,9 +237,9 @@ def test_measure_profile_writes_step_and_kernel_rows(profile_frame):
     kernels_rows = df[(df["row_kind"] == "kernel") & (df["variant"] == "fused")]
     assert list(kernels_rows["short_name"]) == ["fused_loss_kernel", "vectorized_elementwise_kernel", "Memset"]
     assert kernels_rows["ms_median"].iloc[0] == pytest.approx(0.150)
-    summary = profiling.step_summary(df)
+    summary = plots.step_summary(df)
     assert list(summary.columns[:3]) == ["variant", "status", "ms_median"]
-    table = profiling.kernel_summary(df, top=1)
+    table = plots.kernel_summary(df, top=1)
     assert list(table[table["variant"] == "fused"]["short_name"]) == ["fused_loss_kernel", "other (2)"]
 
 
@@ -259,12 +261,12 @@ def _fake_ncu(tmp_path, body):
 
 def test_measure_ncu_records_nothing_without_ncu_or_when_it_fails(tmp_path, monkeypatch):
     lines = []
-    monkeypatch.setattr(profiling, "find_ncu", lambda: None)
-    assert profiling.measure_ncu(tmp_path, backend=FakeBackend(), metadata=H100, log=lines.append) is None
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    assert ncu.measure_ncu(tmp_path, backend=FakeBackend(), metadata=H100, log=lines.append) is None
     assert "not found" in lines[-1]
     failing = _fake_ncu(tmp_path, 'print("==ERROR== ERR_NVGPUCTRPERM - no permission"); sys.exit(1)')
-    assert profiling.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
-                                 metadata=H100, ncu=failing, log=lines.append) is None
+    assert ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
+                           metadata=H100, ncu=failing, log=lines.append) is None
     assert "ERR_NVGPUCTRPERM" in lines[-1] and "nothing recorded" in lines[-1]
     assert not (tmp_path / "h100-sxm-80gb").exists()
 
@@ -272,15 +274,15 @@ def test_measure_ncu_records_nothing_without_ncu_or_when_it_fails(tmp_path, monk
 def test_measure_ncu_records_the_parsed_launches(tmp_path):
     body = (f"if '--version' in sys.argv:\n    print('Version 2025.1.0.0'); sys.exit(0)\n"
             f"sys.stdout.write({_ncu_text(['fused_loss_kernel'])!r})")
-    path = profiling.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
-                                 metadata=H100, ncu=_fake_ncu(tmp_path, body), log=lambda line: None)
+    path = ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
+                           metadata=H100, ncu=_fake_ncu(tmp_path, body), log=lambda line: None)
     df = load_records(path)
     assert len(df) == 1 and df["variant"].iloc[0] == "fused" and df["status"].iloc[0] == "ok"
     assert df["ncu_version"].iloc[0] == "Version 2025.1.0.0" and df["ncu_metric_set"].iloc[0] == "full"
     assert df["ncu_registers"].iloc[0] == 40
-    comparison = profiling.ncu_comparison(df)
+    comparison = plots.ncu_comparison(df)
     assert {"ncu_achieved_occupancy_pct", "occupancy_pred_pct", "ncu_limit_registers"} <= set(comparison.columns)
-    fig = profiling.plot_ncu_occupancy(df)
+    fig = plots.plot_ncu_occupancy(df)
     try:
         assert fig.axes[0].get_ylabel() and "NVIDIA H100 80GB HBM3" in fig.axes[0].get_title()
     finally:
@@ -289,7 +291,7 @@ def test_measure_ncu_records_the_parsed_launches(tmp_path):
 
 def test_step_breakdown_figure(profile_frame):
     _, df = profile_frame
-    fig = profiling.plot_step_breakdown(df)
+    fig = plots.plot_step_breakdown(df)
     try:
         ax = fig.axes[0]
         assert "µs" in ax.get_xlabel() and [t.get_text() for t in ax.get_yticklabels()] == ["fused", "torch_eager"]

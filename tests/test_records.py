@@ -1,4 +1,4 @@
-"""perfutils.records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
+"""perfutils.measure.store and records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfutils import records
-from perfutils.records import (
-    COLUMNS,
-    SCHEMA_VERSION,
-    DataFileError,
-    IncompatibleDataError,
-    ResultStore,
-    check_single_gpu,
-    config_key,
-    data_path,
-    gpu_slug,
-    load_metadata,
-    load_records,
-)
+from perfutils.measure import store as store_module
+from perfutils.measure.records import check_single_gpu, load_metadata, load_records
+from perfutils.measure.schema import (COLUMNS, SCHEMA_VERSION, DataFileError, IncompatibleDataError, config_key,
+                                      data_path, gpu_slug)
+from perfutils.measure.store import ResultStore
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -113,7 +104,7 @@ def test_crash_before_replace_leaves_original_intact(store, monkeypatch):
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies between writing the temp file and renaming it
 
-    monkeypatch.setattr(records.os, "replace", killed)
+    monkeypatch.setattr(store_module.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         store.append([row(2048)])
     monkeypatch.undo()
@@ -125,7 +116,7 @@ def test_crash_before_replace_leaves_original_intact(store, monkeypatch):
 def test_crash_while_writing_temp_leaves_original_intact(store, monkeypatch):
     store.append([row(1024)])
     original = store.path.read_bytes()
-    monkeypatch.setattr(records.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(store_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         store.append([row(2048)])
     monkeypatch.undo()
@@ -367,7 +358,7 @@ def test_any_text_and_float_round_trip(tmp_path_factory, message, value):
 def test_collect_metadata_works_without_a_gpu():
     import torch
 
-    from perfutils.metadata import collect_metadata
+    from perfutils.measure.metadata import collect_metadata
 
     info = collect_metadata({"tokens": [1, 2]}, 3000.0)
     assert info["parameters"] == {"tokens": [1, 2]} and info["copy_gbps"] == 3000.0

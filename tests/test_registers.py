@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from perfutils import registers as R
+from perfutils.model import compiled_kernel, cubin, offline_compile, register_estimate, specialization, triton_compile
 
 
 @triton.jit
@@ -48,8 +48,9 @@ def softmax_args(n_cols: int = N_COLS, rows: int = 4) -> dict:
     return {"out_ptr": torch.empty(rows, n_cols), "in_ptr": x, "row_stride": n_cols, "n_cols": n_cols}
 
 
-def compile_softmax(block_size: int, num_warps: int, **kwargs) -> R.OfflineCompile:
-    return R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": block_size}, num_warps, **kwargs)
+def compile_softmax(block_size: int, num_warps: int, **kwargs) -> triton_compile.OfflineCompile:
+    return offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": block_size}, num_warps,
+                                           **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_small_kernel_resources(small):
                                "BLOCK_SIZE": "constexpr"}
     assert small.counts() == {"n_regs": small.n_regs, "spill_bytes": 0, "shared_bytes": small.shared_bytes,
                               "num_warps": 4}
-    assert R.local_memory_excerpt(small.sass) == ""
+    assert cubin.local_memory_excerpt(small.sass) == ""
 
 
 def test_num_warps_changes_register_count(small, small_one_warp):
@@ -103,20 +104,20 @@ def test_huge_block_on_one_warp_spills(huge):
     assert huge.stack_bytes > 0 and huge.spill_bytes >= huge.stack_bytes
     assert huge.spill_store_bytes > 0 and huge.spill_load_bytes > 0
     assert huge.spills
-    excerpt = R.local_memory_excerpt(huge.sass, context=2, max_sites=3)
+    excerpt = cubin.local_memory_excerpt(huge.sass, context=2, max_sites=3)
     assert excerpt and ("STL" in excerpt or "LDL" in excerpt)
     assert "local-memory instructions in all" in excerpt  # thousands of sites, three windows shown
     # The analytic model agrees that this configuration spills.
-    assert R.predict_spill(16384, 1).spills
-    flagged = R.effective_registers(huge.n_regs, huge.stack_bytes)
+    assert register_estimate.predict_spill(16384, 1).spills
+    flagged = register_estimate.effective_registers(huge.n_regs, huge.stack_bytes)
     assert flagged.spills and flagged.occupancy_from_n_regs_is_optimistic
     assert flagged.demand > huge.n_regs
 
 
 def test_elf_reader_matches_tool(small, huge):
     for result in (small, huge):
-        assert R.parse_cubin_resources(result.cubin, result.name) == {"n_regs": result.n_regs,
-                                                                      "stack": result.stack_bytes}
+        assert cubin.parse_cubin_resources(result.cubin, result.name) == {"n_regs": result.n_regs,
+                                                                          "stack": result.stack_bytes}
 
 
 def test_cache_returns_same_object(small):
@@ -128,7 +129,7 @@ def test_compile_launch_uses_launch_fields(small):
 
     launch = Launch(name="softmax", fn=row_softmax_kernel, grid=(4,), args=softmax_args(),
                     constexprs={"BLOCK_SIZE": 1024}, num_warps=4)
-    assert R.compile_launch(launch) is small
+    assert offline_compile.compile_launch(launch) is small
 
 
 def test_register_cap_reaches_ptxas(small_one_warp):
@@ -140,25 +141,25 @@ def test_register_cap_reaches_ptxas(small_one_warp):
 
     launch = Launch(name="softmax", fn=row_softmax_kernel, grid=(4,), args=softmax_args(),
                     constexprs={"BLOCK_SIZE": 1024}, num_warps=1, maxnreg=32)
-    assert R.compile_launch(launch) is capped
+    assert offline_compile.compile_launch(launch) is capped
 
 
 def test_int_equal_to_one_compiles_as_constant():
     args = softmax_args(n_cols=16)
     args["row_stride"] = 1  # Triton 3.6 turns an int argument equal to 1 into a compile-time constant
-    result = R.compile_offline(row_softmax_kernel, args, {"BLOCK_SIZE": 16}, num_warps=1, with_sass=False)
+    result = offline_compile.compile_offline(row_softmax_kernel, args, {"BLOCK_SIZE": 16}, num_warps=1, with_sass=False)
     assert result.signature["row_stride"] == "constexpr"
     assert result.signature["n_cols"] == "i32"
     assert 0 < result.n_regs <= 255 and result.sass is None
     # Asking again with SASS reuses the cached compile and disassembles its cubin.
-    again = R.compile_offline(row_softmax_kernel, args, {"BLOCK_SIZE": 16}, num_warps=1)
+    again = offline_compile.compile_offline(row_softmax_kernel, args, {"BLOCK_SIZE": 16}, num_warps=1)
     assert again is result and again.sass is not None and ".text.row_softmax_kernel" in again.sass
 
 
 def test_interpreter_setting_restored_and_still_runs(small):
     before = os.environ.get("TRITON_INTERPRET")
     compile_softmax(1024, 4)
-    R.clear_cache()
+    offline_compile.clear_cache()
     compile_softmax(1024, 4)
     assert os.environ.get("TRITON_INTERPRET") == before
     if before == "1":
@@ -182,7 +183,7 @@ def test_offline_compile_after_the_interpreter_ran_a_kernel(tmp_path, monkeypatc
     torch.testing.assert_close(args["out_ptr"], torch.softmax(args["in_ptr"].float(), dim=-1), rtol=1e-5, atol=1e-6)
     interpreter_left_patches = core.program_id is not original_program_id  # Triton 3.6 does; a fixed Triton may not
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty-cache"))  # read by the worker for this job
-    R.clear_cache()
+    offline_compile.clear_cache()
     result = compile_softmax(256, 2)
     assert 0 < result.n_regs <= 255 and result.num_warps == 2
     assert any((tmp_path / "empty-cache").rglob("*.cubin")), "the compile did not run (it came from another cache)"
@@ -192,26 +193,27 @@ def test_offline_compile_after_the_interpreter_ran_a_kernel(tmp_path, monkeypatc
 
 def test_compile_offline_rejects_bad_input():
     with pytest.raises(TypeError, match="fn"):
-        R.compile_offline(lambda x: x, {}, {}, 4)
+        offline_compile.compile_offline(lambda x: x, {}, {}, 4)
     with pytest.raises(TypeError, match="args"):
-        R.compile_offline(row_softmax_kernel, [1, 2], {}, 4)
+        offline_compile.compile_offline(row_softmax_kernel, [1, 2], {}, 4)
     with pytest.raises(ValueError, match="bogus"):
-        R.compile_offline(row_softmax_kernel, {**softmax_args(), "bogus": 1}, {"BLOCK_SIZE": 16}, 4)
+        offline_compile.compile_offline(row_softmax_kernel, {**softmax_args(), "bogus": 1}, {"BLOCK_SIZE": 16}, 4)
     with pytest.raises(ValueError, match="BLOCK_SIZE"):
-        R.compile_offline(row_softmax_kernel, softmax_args(), {}, 4)
+        offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {}, 4)
     with pytest.raises(ValueError, match="num_warps"):
-        R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 3)
+        offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 3)
     with pytest.raises(TypeError, match="num_stages"):
-        R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, num_stages=1.5)
+        offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, num_stages=1.5)
     with pytest.raises(ValueError, match="backend"):
-        R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, target=("hip", 90, 32))
+        offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4,
+                                        target=("hip", 90, 32))
     with pytest.raises(TypeError, match="in_ptr"):
-        R.compile_offline(row_softmax_kernel, {**softmax_args(), "in_ptr": "text"}, {"BLOCK_SIZE": 16}, 4)
+        offline_compile.compile_offline(row_softmax_kernel, {**softmax_args(), "in_ptr": "text"}, {"BLOCK_SIZE": 16}, 4)
     with pytest.raises(TypeError, match="launch"):
-        R.compile_launch(object())
+        offline_compile.compile_launch(object())
     for bad in (8, 256, "64"):
         with pytest.raises(ValueError, match="maxnreg"):
-            R.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, maxnreg=bad)
+            offline_compile.compile_offline(row_softmax_kernel, softmax_args(), {"BLOCK_SIZE": 16}, 4, maxnreg=bad)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,9 +223,10 @@ def test_compile_offline_rejects_bad_input():
 
 def test_specialize_types_divisibility_and_constants():
     x = torch.empty(4, 64, dtype=torch.bfloat16)
-    spec = R.specialize(row_softmax_kernel,
-                        {"out_ptr": torch.empty(4, 64), "in_ptr": x[:, 1:], "row_stride": 1, "n_cols": 2 ** 31},
-                        {"BLOCK_SIZE": 64})
+    spec = specialization.specialize(row_softmax_kernel,
+                                     {"out_ptr": torch.empty(4, 64), "in_ptr": x[:, 1:], "row_stride": 1,
+                                      "n_cols": 2 ** 31},
+                                     {"BLOCK_SIZE": 64})
     assert spec.signature == {"out_ptr": "*fp32", "in_ptr": "*bf16", "row_stride": "constexpr", "n_cols": "i64",
                               "BLOCK_SIZE": "constexpr"}
     assert spec.constexprs == {"row_stride": 1, "BLOCK_SIZE": 64}
@@ -235,22 +238,22 @@ def test_specialize_types_divisibility_and_constants():
                                    1.0, 2.5, True, False, None])
 @pytest.mark.parametrize("specialize_it", [True, False])
 def test_python_rules_match_triton_native_for_scalars(value, specialize_it):
-    native = R._native_specializer("cuda")
+    native = specialization._native_specializer("cuda")
     if native is None:
         pytest.skip(f"Triton {triton.__version__} has no native_specialize_impl")
     expected = tuple(native(value, False, specialize_it, True))
-    assert R._python_specialize_value(value, "v", specialize_it, True) == expected
+    assert specialization._python_specialize_value(value, "v", specialize_it, True) == expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                                    torch.bool, torch.uint8, torch.float64])
 def test_python_rules_match_triton_native_for_tensors(dtype):
-    native = R._native_specializer("cuda")
+    native = specialization._native_specializer("cuda")
     if native is None:
         pytest.skip(f"Triton {triton.__version__} has no native_specialize_impl")
     t = torch.zeros(64, dtype=dtype)
     for view in (t, t[1:]):
-        assert R._python_specialize_value(view, "t", True, True) == tuple(native(view, False, True, True))
+        assert specialization._python_specialize_value(view, "t", True, True) == tuple(native(view, False, True, True))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -261,12 +264,12 @@ def test_python_rules_match_triton_native_for_tensors(dtype):
 def test_parse_tool_outputs():
     res = (" Function other:\n  REG:10 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:500\n"
            " Function k:\n  REG:64 STACK:4624 SHARED:16 LOCAL:8 CONSTANT[0]:568 TEXTURE:0\n")
-    assert R._parse_res_usage(res, "k") == {"n_regs": 64, "stack": 4624, "shared": 16, "local": 8}
+    assert cubin.parse_res_usage(res, "k") == {"n_regs": 64, "stack": 4624, "shared": 16, "local": 8}
     log = ("ptxas info    : Function properties for k\n"
            "    200 bytes stack frame, 298 bytes spill stores, 344 bytes spill loads\n"
            "ptxas info    : Used 255 registers, used 0 barriers, 200 bytes cumulative stack size\n")
-    assert R._parse_ptxas_log(log) == {"n_regs": 255, "stack": 200, "spill_stores": 298, "spill_loads": 344}
-    assert R._parse_ptxas_log("nothing here") is None
+    assert cubin.parse_ptxas_log(log) == {"n_regs": 255, "stack": 200, "spill_stores": 298, "spill_loads": 344}
+    assert cubin.parse_ptxas_log("nothing here") is None
 
 
 def test_local_memory_excerpt_on_ptx():
@@ -274,15 +277,15 @@ def test_local_memory_excerpt_on_ptx():
                     + ["  st.local.f32 [%rd1], %f1;"]
                     + [f"  mul.f32 %f{i}, %f{i}, %f{i};" for i in range(10)]
                     + ["  ld.local.f32 %f2, [%rd1];"])
-    excerpt = R.local_memory_excerpt(ptx, context=1)
+    excerpt = cubin.local_memory_excerpt(ptx, context=1)
     assert excerpt.splitlines() == ["  add.f32 %f9, %f9, %f9;", "  st.local.f32 [%rd1], %f1;",
                                     "  mul.f32 %f0, %f0, %f0;", "...", "  mul.f32 %f9, %f9, %f9;",
                                     "  ld.local.f32 %f2, [%rd1];"]
-    assert R.local_memory_excerpt("ULDC UR4, c[0x0][0x0] ;\nLDG.E R2, [R4] ;") == ""
+    assert cubin.local_memory_excerpt("ULDC UR4, c[0x0][0x0] ;\nLDG.E R2, [R4] ;") == ""
     with pytest.raises(TypeError, match="ptx_or_sass"):
-        R.local_memory_excerpt(None)
+        cubin.local_memory_excerpt(None)
     with pytest.raises(ValueError, match="context"):
-        R.local_memory_excerpt(ptx, context=-1)
+        cubin.local_memory_excerpt(ptx, context=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -294,14 +297,15 @@ def test_counts_from_compiled():
     Meta = collections.namedtuple("Meta", "shared num_warps")
     kernel = SimpleNamespace(n_regs=40, n_spills=10, metadata=Meta(shared=1024, num_warps=8))
     # n_spills is LOCAL_SIZE_BYTES / 4, so 10 words are 40 bytes per thread.
-    assert R.counts_from_compiled(kernel) == {"n_regs": 40, "spill_bytes": 40, "shared_bytes": 1024, "num_warps": 8}
+    assert compiled_kernel.counts_from_compiled(kernel) == {"n_regs": 40, "spill_bytes": 40, "shared_bytes": 1024,
+                                                            "num_warps": 8}
     not_loaded = SimpleNamespace(metadata={"shared": 0, "num_warps": 4})
-    assert R.counts_from_compiled(not_loaded) == {"n_regs": None, "spill_bytes": None, "shared_bytes": 0,
-                                                  "num_warps": 4}
+    assert compiled_kernel.counts_from_compiled(not_loaded) == {"n_regs": None, "spill_bytes": None, "shared_bytes": 0,
+                                                                "num_warps": 4}
     with pytest.raises(ValueError, match="compiled_kernel"):
-        R.counts_from_compiled(None)
+        compiled_kernel.counts_from_compiled(None)
     with pytest.raises(TypeError, match="compiled_kernel"):
-        R.counts_from_compiled(object())
+        compiled_kernel.counts_from_compiled(object())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -310,47 +314,48 @@ def test_counts_from_compiled():
 
 
 def test_register_cap():
-    assert [R.register_cap(w) for w in (1, 2, 4, 8, 16, 32)] == [255, 255, 255, 255, 128, 64]
+    assert [register_estimate.register_cap(w) for w in (1, 2, 4, 8, 16, 32)] == [255, 255, 255, 255, 128, 64]
     with pytest.raises(ValueError, match="num_warps"):
-        R.register_cap(64)
+        register_estimate.register_cap(64)
     with pytest.raises(TypeError, match="num_warps"):
-        R.register_cap(4.0)
+        register_estimate.register_cap(4.0)
 
 
 def test_estimate_is_monotonic():
     sizes = [2 ** k for k in range(5, 17)]
     for warps in (1, 4, 8, 32):
-        estimates = [R.estimate_registers(b, warps) for b in sizes]
+        estimates = [register_estimate.estimate_registers(b, warps) for b in sizes]
         assert estimates == sorted(estimates)
     for block in (1024, 16384):
-        by_warps = [R.estimate_registers(block, w) for w in (1, 2, 4, 8, 16, 32)]
+        by_warps = [register_estimate.estimate_registers(block, w) for w in (1, 2, 4, 8, 16, 32)]
         assert by_warps == sorted(by_warps, reverse=True)
-    assert R.estimate_registers(4096, 8, live_fp32_tiles=3) > R.estimate_registers(4096, 8, live_fp32_tiles=2)
+    assert (register_estimate.estimate_registers(4096, 8, live_fp32_tiles=3)
+            > register_estimate.estimate_registers(4096, 8, live_fp32_tiles=2))
     # 2 tiles x 16384 / 256 = 128 values, + 28 overhead.
-    assert R.estimate_registers(16384, 8, 2, 28) == 156
-    assert R.values_per_thread(16, 4) == 1  # small tiles are replicated, never zero per thread
+    assert register_estimate.estimate_registers(16384, 8, 2, 28) == 156
+    assert register_estimate.values_per_thread(16, 4) == 1  # small tiles are replicated, never zero per thread
 
 
 def test_predict_spill_and_caps():
-    fits = R.predict_spill(1024, 4)
+    fits = register_estimate.predict_spill(1024, 4)
     assert not fits.spills and fits.excess_registers == 0 and fits.headroom > 0
-    over = R.predict_spill(16384, 1)
+    over = register_estimate.predict_spill(16384, 1)
     assert over.spills and over.cap == 255
     assert over.excess_registers == over.estimate - 255 and over.excess_bytes == 4 * over.excess_registers
     # At 16 warps the cap halves to 128: 32768 values / 512 threads * 2 tiles = 128, + overhead -> spills.
-    assert R.predict_spill(32768, 16).spills and R.predict_spill(32768, 16).cap == 128
+    assert register_estimate.predict_spill(32768, 16).spills and register_estimate.predict_spill(32768, 16).cap == 128
     with pytest.raises(ValueError, match="block_size"):
-        R.predict_spill(0, 4)
+        register_estimate.predict_spill(0, 4)
     with pytest.raises(TypeError, match="live_fp32_tiles"):
-        R.predict_spill(1024, 4, live_fp32_tiles="2")
+        register_estimate.predict_spill(1024, 4, live_fp32_tiles="2")
 
 
 def test_effective_registers():
-    clean = R.effective_registers(40, 0)
+    clean = register_estimate.effective_registers(40, 0)
     assert not clean.spills and clean.demand == 40 and not clean.occupancy_from_n_regs_is_optimistic
-    heavy = R.effective_registers(64, 4624)
+    heavy = register_estimate.effective_registers(64, 4624)
     assert heavy.spilled_words == 1156 and heavy.demand == 64 + 1156 and heavy.spills
     with pytest.raises(ValueError, match="n_regs"):
-        R.effective_registers(0, 0)
+        register_estimate.effective_registers(0, 0)
     with pytest.raises(ValueError, match="stack_bytes"):
-        R.effective_registers(32, -4)
+        register_estimate.effective_registers(32, -4)

@@ -10,16 +10,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.hardware import DEVICE_SPECS, lookup_device  # noqa: E402
-from perfutils.roofline import (  # noqa: E402
+from perfutils.model.hardware import DEVICE_SPECS, lookup_device  # noqa: E402
+from perfutils.model.roofline import (  # noqa: E402
     Ceilings,
     KernelCost,
     ceilings_from_datasheet,
     ceilings_from_records,
     loss_cost,
     place,
-    plot_roofline,
 )
+from perfutils.plots.roofline import plot_roofline  # noqa: E402
 
 # Round numbers so the arithmetic in the assertions is obvious.
 CEIL = Ceilings(dram_gbps=3000.0, dram_read_gbps=3200.0, l2_gbps=10000.0, fp32_tflops=60.0,

@@ -1,4 +1,5 @@
-"""perfutils.sweep and the CLI, on a CPU: the measuring step is a fake, so nothing here times anything."""
+"""perfutils.measure.sweep (sweep_config, measurer) and the CLI, on a CPU: the measuring step is a fake, so nothing
+here times anything."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from perfutils import cli, sweep
-from perfutils.records import IncompatibleDataError, ResultStore, load_records
-from perfutils.sweep import GpuMeasurer, KnownNames, SweepPoint, TimingBackend, load_config, plan_configs, run_sweep
-from perfutils.timing import BenchResult
+from perfutils import cli
+from perfutils.measure import measurer, sweep, sweep_config
+from perfutils.measure.measurer import GpuMeasurer, TimingBackend
+from perfutils.measure.records import load_records
+from perfutils.measure.schema import IncompatibleDataError
+from perfutils.measure.store import ResultStore
+from perfutils.measure.sweep import run_sweep
+from perfutils.measure.sweep_config import KnownNames, SweepPoint, load_config, plan_configs
+from perfutils.measure.timing import BenchResult
 
 H100 = "NVIDIA H100 80GB HBM3"
 KNOWN = KnownNames(
@@ -27,6 +33,7 @@ KNOWN = KnownNames(
 @pytest.fixture(autouse=True)
 def fixed_names(monkeypatch):
     """Tests must not depend on what `kernels` exports today."""
+    monkeypatch.setattr(sweep_config, "known_names", lambda: KNOWN)
     monkeypatch.setattr(sweep, "known_names", lambda: KNOWN)
 
 
@@ -94,7 +101,7 @@ def test_plan_is_the_product_in_shape_major_order():
     tokens_in_order = [p.tokens for p in points]
     assert tokens_in_order == sorted(tokens_in_order)  # all of one shape before the next
     assert ("reverse_kl", "labels") not in {(p.loss, p.target_format) for p in points}
-    assert sweep.skipped_pairs(config(loss=["cross_entropy", "reverse_kl"], target_format=["labels", "logits"])) == [("reverse_kl", "labels")]
+    assert sweep_config.skipped_pairs(config(loss=["cross_entropy", "reverse_kl"], target_format=["labels", "logits"])) == [("reverse_kl", "labels")]
 
 
 def test_scalars_lists_aliases_and_defaults():
@@ -263,7 +270,7 @@ def reference_rows(logits, target, *, loss, target_format):
     """Float64 per-row losses (test's own reference: cross-entropy and reverse KL)."""
     log_q = torch.log_softmax(logits, dim=-1)
     if target_format == "labels":
-        keep = target != sweep.IGNORE_INDEX
+        keep = target != sweep_config.IGNORE_INDEX
         picked = log_q.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         return torch.where(keep, -picked, torch.zeros_like(picked))
     log_p = torch.log_softmax(target, dim=-1)
@@ -294,7 +301,7 @@ class FakePlan:
         x = self.logits.detach().float().requires_grad_(True)
         target = self.target if self.target_format == "labels" else self.target.float()
         rows = reference_rows(x, target, loss=self.loss, target_format=self.target_format)
-        n_valid = int((self.target != sweep.IGNORE_INDEX).sum()) if self.target_format == "labels" else x.shape[0]
+        n_valid = int((self.target != sweep_config.IGNORE_INDEX).sum()) if self.target_format == "labels" else x.shape[0]
         mean = rows.sum() / n_valid
         (grad,) = torch.autograd.grad(mean, x)
         grad = grad.to(self.logits.dtype)
@@ -330,7 +337,7 @@ def test_measurer_checks_against_float64_reference(store, dtype):
     prepared: list = []
     frame = run_sweep(spec, store, measure=make_measurer(spec, prepared=prepared), log=quiet)
     assert len(frame) == 3 * 2 * 2 * 2 and set(frame["status"]) == {"ok"}, frame[["config_key", "max_rel_err"]]
-    assert (frame["max_rel_err"] < sweep.TOLERANCE[dtype]).all()
+    assert (frame["max_rel_err"] < sweep_config.TOLERANCE[dtype]).all()
     assert frame["grad_rel_err"].notna().all() and frame["loss_rel_err"].notna().all()
     row = frame.iloc[0]
     assert row["bytes_min"] == 4 * 50 * 300 and row["gbps"] == pytest.approx(4 * 50 * 300 / 0.5e-3 / 1e9)
@@ -358,14 +365,16 @@ def test_measurer_notices_in_place_kernels(store):
 
 
 def test_limiting_pass_describes_a_multi_launch_plan(store, monkeypatch):
-    registers = types.ModuleType("perfutils.registers")
+    registers = types.ModuleType("perfutils.model.compiled_kernel")
     registers.counts_from_compiled = lambda compiled: {"n_regs": compiled["regs"], "spill_bytes": 0, "shared_bytes": 64, "num_warps": 4}
-    registers.pin_bundled_ptxas = lambda: None  # the measurer pins one ptxas per process
-    occupancy = types.ModuleType("perfutils.occupancy")
+    cuda_tools = types.ModuleType("perfutils.model.cuda_tools")
+    cuda_tools.pin_bundled_ptxas = lambda: None  # the measurer pins one ptxas per process
+    occupancy = types.ModuleType("perfutils.model.occupancy")
     occupancy.occupancy_of_compiled = lambda compiled, cc: types.SimpleNamespace(
         occupancy=compiled["occ"], blocks_per_sm=compiled["blocks"], limiters={"registers"})
-    monkeypatch.setitem(sys.modules, "perfutils.registers", registers)
-    monkeypatch.setitem(sys.modules, "perfutils.occupancy", occupancy)
+    monkeypatch.setitem(sys.modules, "perfutils.model.compiled_kernel", registers)
+    monkeypatch.setitem(sys.modules, "perfutils.model.cuda_tools", cuda_tools)
+    monkeypatch.setitem(sys.modules, "perfutils.model.occupancy", occupancy)
     launches = [FakeLaunch("two_pass.stats", {"regs": 40, "occ": 0.5, "blocks": 4}),
                 FakeLaunch("two_pass.grad", {"regs": 128, "occ": 0.25, "blocks": 2})]
     spec = load_config(config(tokens=40, vocab=200, variant="two_pass", block_size=256))
@@ -428,7 +437,7 @@ def test_cli_info_prints_metadata(capsys):
 
 
 def test_rel_err_is_float64_and_never_passes_nan():
-    from perfutils.timing import rel_err
+    from perfutils.measure.timing import rel_err
 
     reference = torch.tensor([3.0, 4.0], dtype=torch.float64)
     assert rel_err(torch.tensor([3.0, 4.0], dtype=torch.bfloat16), reference) == 0.0
@@ -443,7 +452,7 @@ def test_rel_err_is_float64_and_never_passes_nan():
 
 
 def test_timing_refuses_to_run_without_a_gpu():
-    from perfutils import timing
+    from perfutils.measure import timing
 
     with pytest.raises(TypeError, match="callable"):
         timing.bench(42)
@@ -463,15 +472,15 @@ def test_copy_bandwidth_from_a_ceilings_file(tmp_path):
     csv_path = tmp_path / "ceilings.csv"
     csv_path.write_text("ceiling,value,unit,gpu_name\nl2_read,9000.0,GB/s,G\ndram_copy_triton,2900.0,GB/s,G\n"
                         "dram_copy_torch,3000.5,GB/s,G\n")
-    assert sweep.read_copy_gbps(csv_path) == 3000.5
-    assert sweep.read_copy_gbps(csv_path, "G") == 3000.5
+    assert measurer.read_copy_gbps(csv_path) == 3000.5
+    assert measurer.read_copy_gbps(csv_path, "G") == 3000.5
     with pytest.raises(ValueError, match="not on this GPU"):
-        sweep.read_copy_gbps(csv_path, "other")
+        measurer.read_copy_gbps(csv_path, "other")
     yaml_path = tmp_path / "ceilings.yaml"
     yaml_path.write_text("copy_gbps: 2500\n")
-    assert sweep.read_copy_gbps(yaml_path) == 2500.0
+    assert measurer.read_copy_gbps(yaml_path) == 2500.0
     yaml_path.write_text("copy: fast\n")
     with pytest.raises(ValueError, match="positive copy bandwidth"):
-        sweep.read_copy_gbps(yaml_path)
+        measurer.read_copy_gbps(yaml_path)
     with pytest.raises(FileNotFoundError):
-        sweep.read_copy_gbps(tmp_path / "none.csv")
+        measurer.read_copy_gbps(tmp_path / "none.csv")

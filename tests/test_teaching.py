@@ -1,5 +1,6 @@
-"""perfutils.teaching: the teaching kernels (under TRITON_INTERPRET=1 on a CPU), the measurement
-pipeline with a fake GPU back end (CSV + JSON through ResultStore), and the figures."""
+"""kernels.teaching, perfutils.measure.teaching and perfutils.plots.teaching: the teaching kernels (under
+TRITON_INTERPRET=1 on a CPU), the measurement pipeline with a fake GPU back end (CSV + JSON through ResultStore),
+and the figures."""
 
 import os
 
@@ -19,10 +20,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils import teaching  # noqa: E402
-from perfutils.figures import save_figure  # noqa: E402
-from perfutils.records import load_metadata, load_records  # noqa: E402
-from perfutils.timing import BenchResult  # noqa: E402
+from kernels.teaching import activations, evonorm, softmax, vector_add  # noqa: E402
+from perfutils import notebook  # noqa: E402
+from perfutils.measure import teaching as measure  # noqa: E402
+from perfutils.model import compiled_kernel  # noqa: E402
+from perfutils.plots import teaching as plots  # noqa: E402
+from perfutils.plots.figures import save_figure  # noqa: E402
+from perfutils.measure.records import load_metadata, load_records  # noqa: E402
+from perfutils.measure.timing import BenchResult  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capability": [9, 0], "sm_count": 132}
@@ -75,77 +80,77 @@ def _rand(*shape, seed=0):
 @pytest.mark.parametrize("n,block_size,num_warps", [(98_765, 1024, 4), (9_876, 256, 2), (9_876, 4096, 8)])
 def test_add_irregular_size_matches_torch(n, block_size, num_warps):
     x, y = _rand(n, seed=1), _rand(n, seed=2)
-    out = teaching.add(x, y, block_size=block_size, num_warps=num_warps)
+    out = vector_add.add(x, y, block_size=block_size, num_warps=num_warps)
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
 
 
 def test_add_writes_nothing_past_the_end():
     x, y = _rand(1000, seed=1), _rand(1000, seed=2)
     buffer = torch.full((1024 + 64,), 7.0, device=DEVICE)
-    teaching.add(x, y, buffer[:1000], block_size=1024)
+    vector_add.add(x, y, buffer[:1000], block_size=1024)
     assert torch.equal(buffer[1000:], torch.full((88,), 7.0, device=DEVICE))
 
 
 def test_add_rejects_bad_arguments():
     x = _rand(10)
     with pytest.raises(ValueError, match="match x"):
-        teaching.add(x, _rand(11))
+        vector_add.add(x, _rand(11))
     with pytest.raises(ValueError, match="power of two"):
-        teaching.add(x, x, block_size=1000)
+        vector_add.add(x, x, block_size=1000)
     with pytest.raises(ValueError, match="contiguous"):
-        teaching.add(_rand(4, 4).t(), _rand(4, 4))
+        vector_add.add(_rand(4, 4).t(), _rand(4, 4))
 
 
 def test_mask_stats_of_98765():
-    stats = teaching.mask_stats(98_765, 1024)
+    stats = vector_add.mask_stats(98_765, 1024)
     assert stats["programs"] == 97 and stats["full_programs"] == 96
     assert stats["lanes_in_last"] == 98_765 - 96 * 1024 == 461
     assert stats["idle_lanes"] == 97 * 1024 - 98_765 == 563
     assert stats["idle_fraction"] == pytest.approx(563 / (97 * 1024))
-    assert teaching.mask_stats(4096, 1024)["idle_lanes"] == 0
+    assert vector_add.mask_stats(4096, 1024)["idle_lanes"] == 0
 
 
 def test_autotune_configs_cover_the_tile_study():
-    assert len(teaching.ADD_TILE_CONFIGS) == 20
-    blocks = {b for b, _ in teaching.ADD_TILE_CONFIGS}
+    assert len(vector_add.ADD_TILE_CONFIGS) == 20
+    blocks = {b for b, _ in vector_add.ADD_TILE_CONFIGS}
     assert min(blocks) == 256 and max(blocks) == 4096
-    assert len(teaching.add_kernel_autotuned.configs) == 20
+    assert len(vector_add.add_kernel_autotuned.configs) == 20
 
 
 @pytest.mark.parametrize("shape", [(37, 781), (5, 33), (3, 1)])
 def test_softmax_irregular_shapes(shape):
     x = _rand(*shape, seed=3) * 4
-    torch.testing.assert_close(teaching.softmax(x), torch.softmax(x.double(), 1).float(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(softmax.softmax(x), torch.softmax(x.double(), 1).float(), rtol=1e-5, atol=1e-6)
 
 
 def test_softmax_strided_rows_and_naive_reference():
     base = _rand(9, 300, seed=4)
     x = base[:, :257]  # row stride 300, 257 columns
-    torch.testing.assert_close(teaching.softmax(x), torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(teaching.naive_softmax(x), torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(softmax.softmax(x), torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(softmax.naive_softmax(x), torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
 
 
 def test_softmax_config_and_bytes():
-    assert teaching.softmax_config(781) == (1024, 4)
-    assert teaching.softmax_config(16384) == (16384, 16)
+    assert softmax.softmax_config(781) == (1024, 4)
+    assert softmax.softmax_config(16384) == (16384, 16)
     with pytest.raises(ValueError):
-        teaching.softmax_config(16385)
-    assert teaching.softmax_bytes(1823, 781) == 2 * 1823 * 781 * 4
-    assert teaching.naive_softmax_bytes(2, 3, 1) == 8 * 6 + 4 * 2
+        softmax.softmax_config(16385)
+    assert softmax.softmax_bytes(1823, 781) == 2 * 1823 * 781 * 4
+    assert softmax.naive_softmax_bytes(2, 3, 1) == 8 * 6 + 4 * 2
 
 
-@pytest.mark.parametrize("name", list(teaching.ACTIVATIONS))
+@pytest.mark.parametrize("name", list(activations.ACTIVATIONS))
 def test_activations_match_float64(name):
     x = _rand(5000, seed=5) * 6
-    reference = teaching.activation_reference(x, name)
-    for result in (teaching.activation(x, name), teaching.activation_eager(x, name), teaching.activation_torch_op(x, name)):
+    reference = activations.activation_reference(x, name)
+    for result in (activations.activation(x, name), activations.activation_eager(x, name), activations.activation_torch_op(x, name)):
         torch.testing.assert_close(result.double(), reference, rtol=1e-5, atol=1e-6)
 
 
 def test_activation_rejects_unknown_name_and_byte_model():
     with pytest.raises(ValueError, match="activation must be one of"):
-        teaching.activation(_rand(4), "gelu")
-    model = teaching.activation_byte_model().set_index(["activation", "variant"])
+        activations.activation(_rand(4), "gelu")
+    model = activations.activation_byte_model().set_index(["activation", "variant"])
     assert model.loc[("swish", "eager"), "bytes_per_element"] == 20
     assert model.loc[("sigmoid", "eager"), "kernels"] == 4
     assert model.loc[("swish", "triton"), "bytes_per_element"] == 8
@@ -161,15 +166,15 @@ def _evonorm_inputs(n=2, c=8, h=5, w=7, seed=6):
 
 def test_evonorm_triton_matches_float64_reference():
     x, v, gamma, beta = _evonorm_inputs()
-    out = teaching.evonorm_b0(x, v, gamma, beta, groups=2)
-    reference = teaching.evonorm_b0_torch(x.double(), v.double(), gamma.double(), beta.double(), groups=2)
+    out = evonorm.evonorm_b0(x, v, gamma, beta, groups=2)
+    reference = evonorm.evonorm_b0_torch(x.double(), v.double(), gamma.double(), beta.double(), groups=2)
     torch.testing.assert_close(out.double(), reference, rtol=1e-4, atol=1e-5)
 
 
 def test_evonorm_reference_follows_its_definition():
     x, v, gamma, beta = _evonorm_inputs(n=1, c=4, h=3, w=3)
     x, v, gamma, beta = (t.double() for t in (x, v, gamma, beta))
-    y = teaching.evonorm_b0_torch(x, v, gamma, beta, groups=2, eps=1e-5)
+    y = evonorm.evonorm_b0_torch(x, v, gamma, beta, groups=2, eps=1e-5)
     n, c, i, j = 0, 3, 1, 2  # channel 3 belongs to group 1 (channels 2, 3)
     var_instance = x[n, c].var(correction=0)
     var_group = x[n, 2:4].var(correction=0)
@@ -180,23 +185,23 @@ def test_evonorm_reference_follows_its_definition():
 def test_evonorm_rejects_bad_shapes():
     x, v, gamma, beta = _evonorm_inputs()
     with pytest.raises(ValueError, match="groups"):
-        teaching.evonorm_b0(x, v, gamma, beta, groups=3)
+        evonorm.evonorm_b0(x, v, gamma, beta, groups=3)
     big = torch.zeros(1, 2, 200, 200, device=DEVICE)
     with pytest.raises(ValueError, match="exceeds"):
-        teaching.evonorm_b0(big, v[:2], gamma[:2], beta[:2], groups=1)
+        evonorm.evonorm_b0(big, v[:2], gamma[:2], beta[:2], groups=1)
 
 
 def test_kernel_source_is_the_jit_function():
-    source = teaching.kernel_source(teaching.add_kernel)
+    source = notebook.kernel_source(vector_add.add_kernel)
     assert "@triton.jit" in source and "def add_kernel" in source and "mask" in source
-    assert "def add_kernel" in teaching.kernel_source(teaching.add_kernel_autotuned)
+    assert "def add_kernel" in notebook.kernel_source(vector_add.add_kernel_autotuned)
 
 
 def test_kernel_stats_from_a_compiled_kernel_stand_in():
-    assert set(teaching.kernel_stats(None).values()) == {None}
+    assert set(compiled_kernel.kernel_stats(None).values()) == {None}
     compiled = SimpleNamespace(n_regs=32, n_spills=0,
                                metadata=SimpleNamespace(shared=0, num_warps=4, target=SimpleNamespace(arch=90)))
-    stats = teaching.kernel_stats(compiled)
+    stats = compiled_kernel.kernel_stats(compiled)
     assert stats["n_regs"] == 32 and stats["spill_bytes"] == 0 and stats["shared_bytes"] == 0
     # 32 registers x 128 threads: 16 blocks of 4 warps = 64 warps = all of an sm_90 SM
     assert stats["occupancy"] == pytest.approx(1.0) and stats["blocks_per_sm"] == 16
@@ -206,32 +211,32 @@ def test_kernel_stats_from_a_compiled_kernel_stand_in():
 
 
 def test_resolve_path_and_mode(tmp_path, monkeypatch):
-    assert teaching.resolve_path(str(tmp_path)) == tmp_path
-    root = teaching.find_repo_root()
+    assert notebook.resolve_path(str(tmp_path)) == tmp_path
+    root = notebook.find_repo_root()
     assert root is not None and (root / "pyproject.toml").is_file()
     monkeypatch.chdir(root / "notebooks")
-    assert teaching.resolve_path("data") == root / "data"
-    assert teaching.resolve_mode("replay") == "replay"
+    assert notebook.resolve_path("data") == root / "data"
+    assert notebook.resolve_mode("replay") == "replay"
     with pytest.raises(ValueError):
-        teaching.resolve_mode("fast")
+        notebook.resolve_mode("fast")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert teaching.resolve_mode("auto") == "replay"
+    assert notebook.resolve_mode("auto") == "replay"
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        teaching.resolve_mode("measure")
+        notebook.resolve_mode("measure")
 
 
 def test_load_study_names_the_missing_file_and_command(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
-        teaching.load_study(tmp_path, "h100-sxm-80gb", "triton_basics")
+        measure.load_study(tmp_path, "h100-sxm-80gb", "triton_basics")
     message = str(info.value)
-    assert "h100-sxm-80gb/triton_basics.csv" in message and "python -m perfutils.teaching" in message
+    assert "h100-sxm-80gb/triton_basics.csv" in message and "python -m perfutils.measure.teaching" in message
 
 
 def test_measurements_need_a_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="CUDA GPU"):
-        teaching.measure_basics(tmp_path)
-    assert teaching.main(["--out", str(tmp_path)]) == 2
+        measure.measure_basics(tmp_path)
+    assert measure.main(["--out", str(tmp_path)]) == 2
     assert not any(tmp_path.iterdir())
 
 
@@ -243,7 +248,7 @@ def _basics(out, **kwargs):
                    autotune=False, softmax_rows=3, softmax_cols=[33, 300], backend=FakeBackend(), metadata=H100,
                    log=lambda line: None)
     options.update(kwargs)
-    return teaching.measure_basics(out, **options)
+    return measure.measure_basics(out, **options)
 
 
 @pytest.fixture(scope="module")
@@ -253,9 +258,9 @@ def basics_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fusion_path(tmp_path_factory):
-    return teaching.measure_fusion(tmp_path_factory.mktemp("fusion"), sizes=[1024, 3000], evonorm_batches=[1, 3],
-                                   evonorm_shape={"channels": 8, "groups": 2, "height": 5, "width": 7},
-                                   backend=FakeBackend(), metadata=H100, log=lambda line: None)
+    return measure.measure_fusion(tmp_path_factory.mktemp("fusion"), sizes=[1024, 3000], evonorm_batches=[1, 3],
+                                  evonorm_shape={"channels": 8, "groups": 2, "height": 5, "width": 7},
+                                  backend=FakeBackend(), metadata=H100, log=lambda line: None)
 
 
 def test_measure_basics_records_tidy_rows(basics_path, tmp_path):
@@ -322,9 +327,9 @@ def recorded(basics_path, fusion_path):
 
 
 @pytest.mark.parametrize("plot,which", [
-    (teaching.plot_vector_add, 0), (teaching.plot_tile_sweep, 0), (teaching.plot_tile_occupancy, 0),
-    (teaching.plot_softmax, 0), (teaching.plot_fusion_latency, 1), (teaching.plot_fusion_throughput, 1),
-    (teaching.plot_fusion_memory, 1),
+    (plots.plot_vector_add, 0), (plots.plot_tile_sweep, 0), (plots.plot_tile_occupancy, 0),
+    (plots.plot_softmax, 0), (plots.plot_fusion_latency, 1), (plots.plot_fusion_throughput, 1),
+    (plots.plot_fusion_memory, 1),
 ])
 def test_plots_have_labelled_axes_and_a_caption(recorded, plot, which, tmp_path):
     fig = plot(recorded[which])
@@ -343,6 +348,6 @@ def test_plots_have_labelled_axes_and_a_caption(recorded, plot, which, tmp_path)
 def test_plots_refuse_frames_without_their_rows(recorded):
     basics, fusion = recorded
     with pytest.raises(ValueError, match="no successful rows"):
-        teaching.plot_softmax(fusion)
+        plots.plot_softmax(fusion)
     with pytest.raises(ValueError, match="no add_tile row has an occupancy"):
-        teaching.plot_tile_occupancy(basics.assign(occupancy=float("nan")))
+        plots.plot_tile_occupancy(basics.assign(occupancy=float("nan")))

@@ -1,0 +1,13 @@
+"""Teaching kernels of notebooks 06 (Triton basics) and 07 (fusion): small, commented line by line.
+
+The notebooks display their source instead of defining them; each module holds one kernel (or one family),
+its host wrapper, its PyTorch reference and the traffic the notebook counts:
+
+* ``vector_add`` (06): ``add_kernel`` with a boundary mask, the same kernel under ``triton.autotune``;
+* ``softmax`` (06): one program per row, the row kept on chip, beside the naive five-op version;
+* ``activations`` (07): ReLU / sigmoid / swish in one pass, against PyTorch's unfused and fused ops;
+* ``evonorm`` (07): a normalisation + activation (EvoNorm-B0 style) fused into one pass;
+* ``checks``: the argument checks they share.
+
+Measured by :mod:`perfutils.measure.teaching`, drawn by :mod:`perfutils.plots.teaching`.
+"""

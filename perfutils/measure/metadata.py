@@ -1,0 +1,189 @@
+"""Everything needed to interpret a measurement later: GPU, clocks, software versions, git state.
+
+``collect_metadata`` never raises because a probe failed: each probe is guarded, a field it could
+not fill is ``None``, and the reason goes to ``probe_errors`` (so a missing ``nvidia-smi`` is
+visible in the sidecar instead of silently absent). On a machine without CUDA the GPU fields are
+``None`` and ``device`` is ``"cpu"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .schema import utc_now
+
+__all__ = ["collect_metadata", "PROJECT_ROOT"]
+
+# The checkout this package lives in: git state is read from here, not from the working directory.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+# nvidia-smi fields -> our keys. Clocks are in MHz, power in W.
+_SMI_FIELDS = {
+    "name": "smi_name",
+    "driver_version": "driver_version",
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "sm_clock_max_mhz",
+    "clocks.max.mem": "mem_clock_max_mhz",
+    "clocks.applications.graphics": "sm_clock_app_mhz",
+    "power.limit": "power_limit_w",
+    "persistence_mode": "persistence_mode",
+}
+
+
+def _run(command: list[str], timeout: float = 10.0) -> str:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {result.returncode}: {result.stderr.strip()[:200]}")
+    return result.stdout
+
+
+def _number_or_text(text: str) -> Any:
+    text = text.strip()
+    if text in ("", "[N/A]", "N/A", "[Not Supported]"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() else value
+
+
+def _probe_torch(meta: dict[str, Any], errors: dict[str, str], device_index: int) -> None:
+    import torch
+
+    meta["torch_version"] = torch.__version__
+    meta["cuda_version"] = torch.version.cuda
+    if not torch.cuda.is_available():
+        return
+    props = torch.cuda.get_device_properties(device_index)
+    meta["device"] = "cuda"
+    meta["device_index"] = device_index
+    meta["gpu_name"] = props.name
+    meta["compute_capability"] = [props.major, props.minor]
+    meta["sm_count"] = props.multi_processor_count
+    meta["l2_bytes"] = getattr(props, "L2_cache_size", None)
+    meta["total_memory_bytes"] = props.total_memory
+    uuid = getattr(props, "uuid", None)
+    meta["gpu_uuid"] = str(uuid) if uuid is not None else None
+
+
+def _probe_nvidia_smi(meta: dict[str, Any], device_index: int) -> None:
+    if shutil.which("nvidia-smi") is None:
+        raise RuntimeError("nvidia-smi not found on PATH")
+    query = ",".join(_SMI_FIELDS)
+    out = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", str(device_index)])
+    values = [part.strip() for part in out.strip().splitlines()[0].split(",")]
+    if len(values) != len(_SMI_FIELDS):
+        raise RuntimeError(f"nvidia-smi returned {len(values)} fields for {len(_SMI_FIELDS)} queried: {out.strip()[:200]}")
+    for key, value in zip(_SMI_FIELDS.values(), values):
+        meta[key] = _number_or_text(value)
+
+
+def _probe_git(meta: dict[str, Any]) -> None:
+    if shutil.which("git") is None:
+        raise RuntimeError("git not found on PATH")
+    root = str(PROJECT_ROOT)
+    # Dirty first: it works even before the first commit, when rev-parse HEAD fails.
+    status = _run(["git", "-C", root, "status", "--porcelain"])  # untracked files count: they may be code
+    meta["git_dirty"] = bool(status.strip())
+    meta["git_commit"] = _run(["git", "-C", root, "rev-parse", "HEAD"]).strip()
+
+
+def _json_safe(value: Any, where: str) -> Any:
+    """Parameters go into a JSON file: check that now, not when the sweep ends."""
+    try:
+        json.dumps(value, allow_nan=False, default=str)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"collect_metadata: {where} cannot be stored as JSON ({exc})") from None
+    return json.loads(json.dumps(value, default=str))
+
+
+def collect_metadata(
+    parameters: Mapping[str, Any] | None = None,
+    copy_gbps: float | None = None,
+    *,
+    device_index: int = 0,
+) -> dict[str, Any]:
+    """Describe this machine and checkout for a data file's JSON sidecar.
+
+    Args:
+        parameters: the study's parameters (sweep config), stored verbatim.
+        copy_gbps: measured device-to-device copy bandwidth in GB/s (1e9 B/s), or ``None``.
+        device_index: which CUDA device was measured.
+
+    Keys: ``timestamp_utc, device ("cuda"|"cpu"), gpu_name, compute_capability [major, minor],
+    sm_count, l2_bytes, total_memory_bytes, driver_version, sm_clock_mhz, mem_clock_mhz,
+    sm_clock_max_mhz, mem_clock_max_mhz, sm_clock_app_mhz, power_limit_w, cuda_version,
+    torch_version, triton_version, python_version, platform, git_commit, git_dirty, copy_gbps,
+    parameters, probe_errors``.
+    """
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, Mapping):
+        raise TypeError(f"collect_metadata: parameters must be a dict, got {type(parameters).__name__}")
+    if copy_gbps is not None:
+        if isinstance(copy_gbps, bool) or not isinstance(copy_gbps, (int, float)) or not math.isfinite(copy_gbps) or copy_gbps <= 0:
+            raise ValueError(f"collect_metadata: copy_gbps must be a positive number of GB/s or None, got {copy_gbps!r}")
+        copy_gbps = float(copy_gbps)
+    if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
+        raise ValueError(f"collect_metadata: device_index must be a non-negative int, got {device_index!r}")
+
+    meta: dict[str, Any] = {
+        "timestamp_utc": utc_now(),
+        "device": "cpu",
+        "gpu_name": None,
+        "compute_capability": None,
+        "sm_count": None,
+        "l2_bytes": None,
+        "total_memory_bytes": None,
+        **{key: None for key in _SMI_FIELDS.values() if key != "smi_name"},
+        "cuda_version": None,
+        "torch_version": None,
+        "triton_version": None,
+        "ptxas_path": None,
+        "ptxas_version": None,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": None,
+        "git_dirty": None,
+        "copy_gbps": copy_gbps,
+        "parameters": _json_safe(dict(parameters), "parameters"),
+    }
+    errors: dict[str, str] = {}
+
+    try:
+        _probe_torch(meta, errors, device_index)
+    except Exception as exc:  # a broken driver must not stop us from recording what we can
+        errors["torch"] = f"{type(exc).__name__}: {exc}"
+    try:
+        import triton
+
+        meta["triton_version"] = triton.__version__
+    except Exception as exc:
+        errors["triton"] = f"{type(exc).__name__}: {exc}"
+    try:  # register counts (and speed) depend on the ptxas version, not only on Triton's
+        from ..model.cuda_tools import ptxas_in_use
+
+        meta.update(ptxas_in_use())
+    except Exception as exc:
+        errors["ptxas"] = f"{type(exc).__name__}: {exc}"
+    if meta["device"] == "cuda":
+        try:
+            _probe_nvidia_smi(meta, device_index)
+        except Exception as exc:
+            errors["nvidia_smi"] = f"{type(exc).__name__}: {exc}"
+        meta.pop("smi_name", None)  # same as gpu_name; torch's spelling is the one we key on
+    try:
+        _probe_git(meta)
+    except Exception as exc:
+        errors["git"] = f"{type(exc).__name__}: {exc}"
+    meta["probe_errors"] = errors
+    return meta

@@ -1,0 +1,154 @@
+"""What a data file holds and where it lives: the columns, the statuses, a row's key, the GPU's folder.
+
+Layout: ``data/<gpu-slug>/<study>.csv`` (one row per measured configuration) with ``data/<gpu-slug>/<study>.json``
+(the metadata sidecar) beside it; :func:`data_path` builds it from the GPU's name (:func:`gpu_slug`). Every study
+records :data:`COLUMNS` (schema version :data:`SCHEMA_VERSION`); :func:`config_key` identifies a configuration
+(sweeps resume by it); :func:`error_text` and :func:`utc_now` write the ``error`` and ``timestamp_utc`` cells.
+Files are written by :mod:`perfutils.measure.store` and read by :mod:`perfutils.measure.records`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CONFIG_COLUMNS",
+    "MEASURED_COLUMNS",
+    "ID_COLUMNS",
+    "COLUMNS",
+    "STATUSES",
+    "NON_EMPTY",
+    "DataFileError",
+    "IncompatibleDataError",
+    "error_text",
+    "utc_now",
+    "config_key",
+    "gpu_slug",
+    "data_path",
+]
+
+# Bump when a required column is added, removed or changes meaning.
+SCHEMA_VERSION = 1
+
+# The configuration that identifies a measurement (also the parts of config_key, in this order).
+CONFIG_COLUMNS = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "block_size", "num_warps")
+
+# GUIDE.md "Data": the columns every study records, in this order.
+MEASURED_COLUMNS = CONFIG_COLUMNS + (
+    "ms_median",
+    "ms_p20",
+    "ms_p80",
+    "bytes_min",
+    "gbps",
+    "pct_of_copy",
+    "n_regs",
+    "spill_bytes",
+    "shared_bytes",
+    "occupancy",
+    "blocks_per_sm",
+    "limiter",
+    "max_rel_err",
+    "status",
+    "error",
+)
+
+# Where and when a row was measured, and its resume key.
+ID_COLUMNS = ("study", "gpu_name", "timestamp_utc", "config_key")
+
+# Required columns of schema version 1; any other column is an optional extra (e.g. compile_ms).
+COLUMNS = MEASURED_COLUMNS + ID_COLUMNS
+
+# ok: correct within tolerance; wrong: ran but error above tolerance; error: raised (compile error,
+# out of resources, OOM...). All three are final outcomes of a configuration.
+STATUSES = ("ok", "wrong", "error")
+
+# Columns that must be non-empty in every row.
+NON_EMPTY = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "status") + ID_COLUMNS
+
+
+class DataFileError(ValueError):
+    """A data file (CSV or JSON sidecar) is missing pieces, truncated or otherwise unreadable."""
+
+
+class IncompatibleDataError(ValueError):
+    """Rows would be mixed with data from another GPU or another schema."""
+
+
+def error_text(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` on one line for an ``error`` column (multi-line compiler output joined with " | ").
+
+    Over ``limit`` characters it keeps the head and the tail: a compiler's message starts with where
+    the error is and ends with what it is, and the cause must survive the cut.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {' | '.join(lines)}" if lines else type(exc).__name__
+    if len(text) <= limit:
+        return text
+    head = max(limit // 3, 1)
+    return text[:head] + " ... " + text[len(text) - (limit - head - 5):]
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with a ``Z`` suffix, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """A stable, human-readable key for one configuration, e.g. ``loss=cross_entropy;...;num_warps=8``.
+
+    Built from :data:`CONFIG_COLUMNS` in that order (``None`` is written ``auto``: the kernel picks);
+    any further keys of ``config`` that are not columns are ignored. Used to resume sweeps.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config_key: config must be a mapping of {CONFIG_COLUMNS}, got {type(config).__name__}")
+    missing = [name for name in CONFIG_COLUMNS if name not in config]
+    if missing:
+        raise ValueError(f"config_key: config lacks {missing}; expected all of {list(CONFIG_COLUMNS)}")
+    parts = []
+    for name in CONFIG_COLUMNS:
+        value = config[name]
+        text = "auto" if value is None else str(value)
+        if any(ch in text for ch in ";=\n"):
+            raise ValueError(f"config_key: value of {name!r} must not contain ';', '=' or newlines, got {text!r}")
+        parts.append(f"{name}={text}")
+    return ";".join(parts)
+
+
+_SLUG_DROP = {"nvidia", "tesla", "corporation"}
+
+
+def gpu_slug(name: str | None) -> str:
+    """A short, stable directory name for a GPU model.
+
+    ``"NVIDIA H100 80GB HBM3"`` -> ``"h100-sxm-80gb"`` (HBM3 without "PCIe"/"NVL" is the SXM part),
+    ``"NVIDIA H100 PCIe"`` -> ``"h100-pcie"``, ``"NVIDIA A100-SXM4-80GB"`` -> ``"a100-sxm4-80gb"``,
+    ``None``/``"cpu"`` -> ``"cpu"``. Deterministic: the same name always gives the same slug.
+    """
+    if name is None:
+        return "cpu"
+    if not isinstance(name, str):
+        raise TypeError(f"gpu_slug: name must be a str or None, got {type(name).__name__}")
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in _SLUG_DROP]
+    if not words:
+        raise ValueError(f"gpu_slug: cannot make a slug from GPU name {name!r}")
+    memory = [w for w in words if re.fullmatch(r"\d+gb", w)]
+    memory_kinds = {w for w in words if re.fullmatch(r"hbm\d*e?|gddr\d*x?", w)}
+    form = [w for w in words if re.fullmatch(r"sxm\d*|pcie|nvl", w)]
+    model = [w for w in words if w not in memory and w not in memory_kinds and w not in form]
+    if not form and any(kind.startswith("hbm") for kind in memory_kinds):
+        # "H100 80GB HBM3" is how the SXM module reports itself (the PCIe card says "PCIe").
+        form = ["sxm"]
+    return "-".join(model + form + memory) or "cpu"
+
+
+def data_path(data_dir: str | os.PathLike, gpu_name: str | None, study: str) -> Path:
+    """``<data_dir>/<gpu-slug>/<study>.csv``."""
+    if not isinstance(study, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", study):
+        raise ValueError(f"data_path: study must be a non-empty name of letters, digits, '_', '.', '-', got {study!r}")
+    return Path(data_dir) / gpu_slug(gpu_name) / f"{study}.csv"

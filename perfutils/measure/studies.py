@@ -1,0 +1,152 @@
+"""Studies made of hand-picked cases (not a full grid): the #497 case study and the peer benchmark.
+
+A case is ``(variant, block_size, num_warps)``; a variant is one of the project's (``fused``,
+``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.measure.providers` (``eager``,
+``torch_compile``, ``liger``). ``TUNED`` as block size and warps runs the variant at its best recorded
+configuration for the shape (the GPU's ``tuning.csv``; nearest recorded vocab at 4096 tokens).
+``split_row`` and ``auto`` with no configuration take theirs from the same table. Every case runs through the sweep harness, so its rows have the same
+schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
+
+    python -m perfutils.measure.studies case_study --out data
+    python -m perfutils.measure.studies benchmark --out data
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from typing import Any, Iterable
+
+from . import providers
+from .measurer import GpuMeasurer
+from .sweep import run_sweep
+from .sweep_config import KnownNames, known_names, load_config
+
+# Fast-LLM issue #497: the fused kernel with a 32K tile cap (its default), Option A caps, Option B.
+CASE_STUDY_CASES = [
+    ("eager", None, None),
+    ("torch_compile", None, None),
+    ("fused", None, None),  # block_size = min(next_pow2(vocab), 32768): the issue's kernel
+    ("fused", 16384, None),
+    ("fused", 8192, None),
+    ("fused", 4096, None),
+    ("two_pass", None, None),
+    ("split_row", None, None),
+    ("auto", None, None),
+]
+
+TUNED = "tuned"
+
+# Every project variant at its best recorded configuration (the peers at theirs: their defaults).
+BENCHMARK_CASES = [
+    ("eager", None, None),
+    ("torch_compile", None, None),
+    ("liger", None, None),
+    ("fused", TUNED, TUNED),
+    ("two_pass", TUNED, TUNED),
+    ("split_row", None, None),
+    ("auto", None, None),
+]
+
+
+def case_label(variant: str, block_size: Any) -> str:
+    """Readable names for the case-study figure."""
+    import pandas as pd
+
+    if variant == "fused" and pd.isna(block_size):
+        return "fused, 32K cap (#497)"
+    if variant == "fused":
+        return f"fused, cap {int(block_size) // 1024}K (Option A)"
+    if variant == "two_pass":
+        return "two-pass (Option B)"
+    return {"torch_compile": "torch.compile", "split_row": "split_row (ours)", "auto": "auto (ours)"}.get(variant, variant)
+
+
+def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: str, vocab: int,
+                 variant: str) -> tuple[int | None, int | None]:
+    """(block_size, num_warps) of ``variant``'s tuning-table entry for this shape; (None, None), its
+    defaults, when the GPU has no table or the table no entry."""
+    from pathlib import Path
+
+    from kernels.auto import load_tuning_table, table_choice
+
+    choice = table_choice(load_tuning_table(gpu_name, Path(out)), loss, target_format, dtype, vocab, variant)
+    if choice is None or choice.options:
+        return None, None
+    return choice.block_size, choice.num_warps
+
+
+def _known_with_providers() -> KnownNames:
+    known = known_names()
+    return KnownNames(known.loss_target_formats, None, known.block_size_range)
+
+
+def run_cases(
+    study: str,
+    cases: Iterable[tuple[str, int | None, int | None]],
+    *,
+    losses: list[tuple[str, str]],
+    vocabs: list[int],
+    tokens: list[int] = (4096,),
+    dtype: str = "bf16",
+    out: str = "data",
+    skip_liger_if_missing: bool = True,
+    log=print,
+    **settings: Any,
+):
+    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``."""
+    from .metadata import collect_metadata
+
+    known = _known_with_providers()
+    cases = [c for c in cases if not (c[0] == "liger" and skip_liger_if_missing and not providers.liger_available())]
+    measurer = metadata = None
+    frames = []
+    # Shapes outermost: the measurer keeps one shape's inputs and float64 reference at a time.
+    for n_tokens, vocab, (loss, target_format) in itertools.product(tokens, vocabs, losses):
+        for variant, block_size, num_warps in cases:
+            if variant == "liger" and target_format != "labels":
+                continue
+            if TUNED in (block_size, num_warps):
+                import torch
+
+                block_size, num_warps = tuned_config(out, torch.cuda.get_device_name(), loss, target_format, dtype,
+                                                     vocab, variant)
+            config = dict(
+                study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
+                tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,
+            )
+            spec = load_config(config, known=known)
+            if measurer is None:
+                measurer = GpuMeasurer(spec, prepare=providers.prepare, log=log)
+                metadata = collect_metadata(
+                    dict(study=study, cases=cases, losses=list(losses), vocab=list(vocabs), tokens=list(tokens),
+                         dtype=dtype, **settings),
+                    measurer.copy_gbps,
+                )
+            frames.append(run_sweep(spec, measure=measurer, metadata=metadata, log=log))
+    return frames[-1] if frames else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.studies", description="Run a case study on the GPU.")
+    parser.add_argument("study", choices=["case_study", "benchmark"])
+    parser.add_argument("--out", default="data")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
+    parser.add_argument("--vocab", type=int, nargs="+", default=None)
+    parser.add_argument("--loss", nargs="+", default=None, help="loss:target_format, e.g. reverse_kl:logits")
+    args = parser.parse_args(argv)
+    if args.study == "case_study":
+        losses = [("reverse_kl", "logits")]
+        cases, vocabs = CASE_STUDY_CASES, args.vocab or [32768, 65536, 131072]
+    else:
+        losses = [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("reverse_kl", "logits")]
+        cases, vocabs = BENCHMARK_CASES, args.vocab or [32768, 65536, 131072]
+    if args.loss:
+        losses = [tuple(item.split(":")) for item in args.loss]
+    run_cases(args.study, cases, losses=losses, vocabs=vocabs, tokens=args.tokens, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

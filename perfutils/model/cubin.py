@@ -1,0 +1,139 @@
+"""Reading a compiled kernel's resources out of what ptxas produced, and excerpts of its PTX/SASS to teach from.
+
+Pure text and bytes, no tool and no GPU: :func:`parse_res_usage` reads ``cuobjdump -res-usage`` (REG, STACK,
+SHARED, LOCAL), :func:`parse_ptxas_log` the ``ptxas -v`` log (registers, stack frame, static spill store/load
+bytes), :func:`parse_cubin_resources` the cubin's ``.nv.info`` ELF section directly (registers and stack frame
+when no NVIDIA tool is at hand), and :func:`local_memory_excerpt` shows the lines around local-memory
+instructions (spills) in PTX or SASS.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+__all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local_memory_excerpt"]
+
+_RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_res_usage(text: str, kernel: str) -> dict[str, int] | None:
+    """Parse ``cuobjdump -res-usage``; picks the ``Function <kernel>:`` block (the entry kernel)."""
+    blocks = re.split(r"^\s*Function\s+", text, flags=re.MULTILINE)
+    found = None
+    for block in blocks[1:]:
+        fname, _, rest = block.partition(":")
+        match = _RES_USAGE.search(rest)
+        if match is None:
+            continue
+        numbers = dict(zip(("n_regs", "stack", "shared", "local"), map(int, match.groups())))
+        if fname.strip() == kernel:
+            return numbers
+        found = found or numbers
+    return found
+
+
+def parse_ptxas_log(text: str) -> dict[str, int] | None:
+    """Parse ``ptxas -v``: registers, stack frame and static spill store/load bytes of the last function."""
+    regs = _PTXAS_REGS.findall(text)
+    frames = _PTXAS_FRAME.findall(text)
+    if not regs or not frames:
+        return None
+    stack, stores, loads = map(int, frames[-1])
+    return {"n_regs": int(regs[-1]), "stack": stack, "spill_stores": stores, "spill_loads": loads}
+
+
+# ELF .nv.info attributes (from the EIATTR enumeration the CUDA tools print with `cuobjdump -elf`).
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 0x04
+
+
+def parse_cubin_resources(cubin: bytes, kernel: str | None = None) -> dict[str, int]:
+    """Registers and stack frame from a cubin's ``.nv.info`` section, with no NVIDIA tool at all.
+
+    ``.nv.info`` holds (format, attribute, payload) records; REGCOUNT and FRAME_SIZE carry
+    (symbol index, value) pairs, where the symbol index names the kernel in ``.symtab``."""
+    if not isinstance(cubin, (bytes, bytearray)):
+        raise TypeError(f"cubin must be bytes, got {type(cubin).__name__}")
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
+        raise ValueError("cubin is not a 64-bit little-endian ELF file")
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+
+    def cstring(table_offset: int, offset: int) -> str:
+        start = table_offset + offset
+        return cubin[start:cubin.index(b"\0", start)].decode("ascii", "replace")
+
+    names = [cstring(sections[shstrndx][4], s[0]) for s in sections]
+    symbols: dict[int, str] = {}
+    for s in sections:
+        if s[1] == 2:  # SHT_SYMTAB: 24-byte Elf64_Sym records, names in the linked string table
+            strtab_offset = sections[s[6]][4]
+            for index in range(s[5] // 24):
+                (st_name,) = struct.unpack_from("<I", cubin, s[4] + index * 24)
+                symbols[index] = cstring(strtab_offset, st_name)
+    values: dict[int, dict[int, int]] = {}  # attribute -> {symbol index: value}
+    for s, name in zip(sections, names):
+        if name != ".nv.info":
+            continue
+        data = cubin[s[4]:s[4] + s[5]]
+        pos = 0
+        while pos + 4 <= len(data):
+            fmt, attr = data[pos], data[pos + 1]
+            if fmt == _EIFMT_SVAL:
+                (size,) = struct.unpack_from("<H", data, pos + 2)
+                payload = data[pos + 4:pos + 4 + size]
+                if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size >= 8:
+                    sym, value = struct.unpack_from("<II", payload)
+                    values.setdefault(attr, {})[sym] = value
+                pos += 4 + size
+            else:  # NVAL/BVAL/HVAL: value packed in the 2 bytes after the header
+                pos += 4
+    regs = values.get(_EIATTR_REGCOUNT, {})
+    if not regs:
+        raise ValueError("cubin has no EIATTR_REGCOUNT record in .nv.info")
+    wanted = next((i for i, n in symbols.items() if n == kernel), None) if kernel else None
+    sym = wanted if wanted in regs else next(iter(regs))
+    return {"n_regs": regs[sym], "stack": values.get(_EIATTR_FRAME_SIZE, {}).get(sym, 0)}
+
+
+_LOCAL_MEMORY = re.compile(r"\b(?:ld|st)\.local\b|\b(?:LDL|STL)(?:\.[A-Z0-9]+)*\b")
+
+
+def local_memory_excerpt(ptx_or_sass: str, context: int = 3, max_sites: int | None = 8) -> str:
+    """Lines around local-memory instructions (``ld.local``/``st.local`` in PTX, ``LDL``/``STL`` in SASS).
+
+    Windows of ``context`` lines either side are merged when they overlap; at most ``max_sites`` windows are
+    shown (None: all), separated by ``...``. Returns "" when there is no local memory traffic. Note that
+    Triton's PTX rarely has any: spills are ptxas's decision, so look at the SASS."""
+    if not isinstance(ptx_or_sass, str):
+        raise TypeError(f"ptx_or_sass must be a str, got {type(ptx_or_sass).__name__}")
+    if not isinstance(context, int) or isinstance(context, bool):
+        raise TypeError(f"context must be an int, got {type(context).__name__}")
+    if context < 0:
+        raise ValueError(f"context must be >= 0, got {context}")
+    if max_sites is not None and (not isinstance(max_sites, int) or isinstance(max_sites, bool)):
+        raise TypeError(f"max_sites must be an int or None, got {type(max_sites).__name__}")
+    if max_sites is not None and max_sites < 1:
+        raise ValueError(f"max_sites must be >= 1 or None, got {max_sites}")
+    lines = ptx_or_sass.splitlines()
+    hits = [i for i, line in enumerate(lines) if _LOCAL_MEMORY.search(line)]
+    windows: list[list[int]] = []
+    shown = 0  # local-memory instructions inside the windows kept
+    for i in hits:
+        lo, hi = max(0, i - context), min(len(lines) - 1, i + context)
+        if windows and lo <= windows[-1][1] + 1:
+            windows[-1][1] = hi
+        elif max_sites is not None and len(windows) == max_sites:
+            break
+        else:
+            windows.append([lo, hi])
+        shown += 1
+    text = "\n...\n".join("\n".join(lines[lo:hi + 1]) for lo, hi in windows)
+    if shown < len(hits):
+        text += f"\n... ({len(hits)} local-memory instructions in all, {shown} shown)"
+    return text

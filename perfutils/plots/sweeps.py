@@ -1,0 +1,149 @@
+"""Figures of the sweep and case-study notebooks (01, 02): functions of a tidy DataFrame (records schema)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
+from ..measure.records import check_single_gpu  # noqa: E402
+
+
+def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:
+    keys = df[["loss_label", "vocab"]].drop_duplicates().sort_values(["loss_label", "vocab"])
+    return list(keys.itertuples(index=False, name=None))
+
+
+def loss_label(df: pd.DataFrame) -> pd.Series:
+    """'cross_entropy (labels)', 'reverse_kl', ... for facet titles."""
+    return np.where(df["loss"] == "cross_entropy", df["loss"] + " (" + df["target_format"] + ")", df["loss"])
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        raise ValueError("no rows to plot")
+    check_single_gpu(df)
+    out = df[df["status"] == "ok"].copy()
+    if out.empty:
+        raise ValueError("no row with status 'ok' to plot (every configuration failed or was wrong)")
+    out["loss_label"] = loss_label(out)
+    return out
+
+
+def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = None, title: str = "") -> plt.Figure:
+    """GB/s against theoretical occupancy, one point per (block size, warps), per loss × vocab.
+
+    Points are annotated with registers per thread (and spilled bytes when the compiler spilled).
+    """
+    data = _ok(df)
+    panels = _panels(data)
+    losses = sorted(data["loss_label"].unique())
+    vocabs = sorted(data["vocab"].unique())
+    fig, axes = plt.subplots(len(losses), len(vocabs), figsize=(4.2 * len(vocabs), 3.4 * len(losses)), squeeze=False,
+                             sharex=True, sharey=True)
+    block_sizes = sorted(data["block_size"].dropna().unique())
+    palette = dict(zip(block_sizes, sns.color_palette("viridis", len(block_sizes))))
+    markers = dict(zip(sorted(data["num_warps"].dropna().unique()), "osD^vP"))
+    for (label, vocab) in panels:
+        ax = axes[losses.index(label)][vocabs.index(vocab)]
+        part = data[(data["loss_label"] == label) & (data["vocab"] == vocab)]
+        for row in part.itertuples():
+            ax.scatter(row.occupancy * 100, row.gbps, color=palette[row.block_size], marker=markers[row.num_warps],
+                       s=36, edgecolor="black", linewidth=0.4)
+            note = f"{int(row.n_regs)}" if not pd.isna(row.n_regs) else ""
+            if not pd.isna(row.spill_bytes) and row.spill_bytes > 0:
+                note += f"/S{int(row.spill_bytes)}"
+            ax.annotate(note, (row.occupancy * 100, row.gbps), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+        if copy_gbps:
+            ax.axhline(copy_gbps, color="grey", linestyle="--", linewidth=1)
+            ax.text(1, copy_gbps, "copy bandwidth", fontsize=7, va="bottom", color="grey")
+        ax.set_title(f"{label}, vocab {vocab // 1024}K", fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("theoretical occupancy (% of 64 warps/SM)")
+    for row_axes in axes:
+        row_axes[0].set_ylabel("GB/s (minimal bytes / time)")
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=palette[b], label=f"block {int(b)}") for b in block_sizes]
+    handles += [plt.Line2D([], [], marker=m, linestyle="", color="black", label=f"{int(w)} warps") for w, m in markers.items()]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 10), fontsize=7, bbox_to_anchor=(0.5, 1.02))
+    fig.suptitle(title or "Bandwidth vs occupancy (labels: registers/thread, S = spilled bytes)", y=1.06, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gbps_heatmap(df: pd.DataFrame, *, value: str = "gbps", title: str = "") -> plt.Figure:
+    """Heatmaps of ``value`` over block size × warps, one per loss × vocab."""
+    data = _ok(df)
+    losses = sorted(data["loss_label"].unique())
+    vocabs = sorted(data["vocab"].unique())
+    fig, axes = plt.subplots(len(losses), len(vocabs), figsize=(4.0 * len(vocabs), 3.0 * len(losses)), squeeze=False)
+    vmax = data[value].max()
+    for (label, vocab) in _panels(data):
+        ax = axes[losses.index(label)][vocabs.index(vocab)]
+        part = data[(data["loss_label"] == label) & (data["vocab"] == vocab)]
+        table = part.pivot_table(index="num_warps", columns="block_size", values=value, aggfunc="max")
+        sns.heatmap(table, ax=ax, annot=True, fmt=".0f", cmap="mako", vmin=0, vmax=vmax, cbar=False,
+                    annot_kws={"fontsize": 6})
+        ax.set_title(f"{label}, vocab {vocab // 1024}K", fontsize=9)
+        ax.set_xlabel("block size (columns)")
+        ax.set_ylabel("warps")
+    unit = "GB/s" if value == "gbps" else value
+    fig.suptitle(title or f"{unit} over block size × warps (blank: failed or not run)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def best_per_group(df: pd.DataFrame, by=("loss", "target_format", "vocab", "variant")) -> pd.DataFrame:
+    """The fastest ok row of each group (e.g. each variant's best configuration per shape)."""
+    ok = df[df["status"] == "ok"]
+    idx = ok.groupby(list(by), dropna=False)["ms_median"].idxmin()
+    return ok.loc[idx].sort_values(list(by)).reset_index(drop=True)
+
+
+def plot_case_study(df: pd.DataFrame, *, order: list[str] | None = None, title: str = "") -> plt.Figure:
+    """% of copy bandwidth and peak memory per provider/variant, one group of bars per vocab."""
+    data = _ok(df)
+    data = data.copy()
+    data["label"] = data["case_label"] if "case_label" in data else data["variant"]
+    order = order or list(dict.fromkeys(data["label"]))
+    fig, (ax_bw, ax_mem) = plt.subplots(1, 2, figsize=(12, 4))
+    sns.barplot(data=data, x="vocab", y="pct_of_copy", hue="label", hue_order=order, ax=ax_bw, palette="tab10")
+    ax_bw.set_ylabel("% of measured copy bandwidth")
+    ax_bw.set_xlabel("vocab")
+    ax_bw.axhline(100, color="grey", linestyle="--", linewidth=1)
+    ax_bw.legend(fontsize=7, ncol=2)
+    if "peak_mem_bytes" in data and data["peak_mem_bytes"].notna().any():
+        data["peak_gib"] = pd.to_numeric(data["peak_mem_bytes"], errors="coerce") / 2**30
+        sns.barplot(data=data, x="vocab", y="peak_gib", hue="label", hue_order=order, ax=ax_mem, palette="tab10")
+        ax_mem.set_ylabel("peak memory above inputs (GiB)")
+        ax_mem.set_xlabel("vocab")
+        ax_mem.legend(fontsize=7, ncol=2)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_table(df: pd.DataFrame, baseline: str = "torch_compile") -> pd.DataFrame:
+    """Best time per (loss, vocab, variant) and speed-up over ``baseline``."""
+    best = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
+    base = best[best["variant"] == baseline].set_index(["loss", "target_format", "tokens", "vocab"])["ms_median"]
+    best = best.join(base.rename("baseline_ms"), on=["loss", "target_format", "tokens", "vocab"])
+    best["speedup_vs_" + baseline] = best["baseline_ms"] / best["ms_median"]
+    return best.drop(columns=["baseline_ms"])
+
+
+def nice_bytes(n: float) -> str:
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

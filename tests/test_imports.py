@@ -1,0 +1,214 @@
+"""The packages' import graph: no import circles, and no module reaching into another's private names.
+
+Every module of ``perfutils`` and ``kernels`` is read as source (its AST; nothing is imported), and
+every import it makes counts, wherever it stands: at the top, inside a function, relative or absolute.
+A module imports another when it names it (``import a.b``, ``from a import b`` where ``b`` is a module)
+or names a symbol of it (``from a.b import c``: an edge to ``a.b``). Two rules:
+
+* no cycle among the packages' modules (a lazy import inside a function is still an edge: a cycle that
+  only works because one side imports late is still a circle a reader has to untangle);
+* no module uses a private name of another project module: neither ``from x import _name`` nor
+  ``x._name`` on a module it imported. Dunder names (``__version__``, ``__file__``) are public; the
+  tests, which may poke at internals, are not covered.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("perfutils", "kernels")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the packages (packages under their own name)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            modules[_module_name(path)] = path
+    return modules
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+class _Imports(ast.NodeVisitor):
+    """Collects a module's imports (edges) and its uses of other modules' private names."""
+
+    def __init__(self, name: str, is_package: bool, modules: dict[str, Path]) -> None:
+        self.name = name
+        self.package = name if is_package else name.rpartition(".")[0]
+        self.modules = modules
+        self.edges: set[str] = set()
+        self.private: list[str] = []
+        self.aliases: dict[str, str] = {}  # local name -> project module it is bound to
+
+    def _absolute(self, module: str | None, level: int) -> str:
+        if level == 0:
+            return module or ""
+        base = self.package.split(".")
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        return ".".join(base + ([module] if module else []))
+
+    def _target(self, dotted: str) -> str | None:
+        """The project module ``dotted`` names, or the nearest enclosing one (None: not ours)."""
+        while dotted:
+            if dotted in self.modules:
+                return dotted
+            dotted = dotted.rpartition(".")[0]
+        return None
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            target = self._target(alias.name)
+            if target is None:
+                continue
+            self.edges.add(target)
+            if alias.asname:
+                self.aliases[alias.asname] = target
+            else:  # `import a.b.c` binds `a`; attribute chains are resolved in visit_Attribute
+                top = alias.name.split(".")[0]
+                if top in self.modules:
+                    self.aliases[top] = top
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        source = self._absolute(node.module, node.level)
+        for alias in node.names:
+            submodule = f"{source}.{alias.name}"
+            if submodule in self.modules:  # `from package import module`
+                self.edges.add(submodule)
+                self.aliases[alias.asname or alias.name] = submodule
+                continue
+            target = self._target(source)
+            if target is None:
+                continue
+            self.edges.add(target)
+            if _is_private(alias.name) and target != self.name:
+                self.private.append(f"line {node.lineno}: from {source} import {alias.name}")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain, base = [node.attr], node.value
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in self.aliases:
+            dotted = self.aliases[base.id]
+            for part in reversed(chain[1:]):  # walk down through submodules: perfutils.measure.records._x
+                if f"{dotted}.{part}" not in self.modules:
+                    break
+                dotted = f"{dotted}.{part}"
+            else:
+                if _is_private(node.attr) and dotted != self.name:
+                    self.private.append(f"line {node.lineno}: {dotted}.{node.attr}")
+        self.generic_visit(node)
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """(module -> the project modules it imports, module -> its uses of other modules' private names)."""
+    modules = project_modules()
+    graph, private = {}, {}
+    for name, path in modules.items():
+        visitor = _Imports(name, path.name == "__init__.py", modules)
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        graph[name] = visitor.edges - {name}
+        if visitor.private:
+            private[name] = visitor.private
+    return graph, private
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_the_walk_sees_every_module_and_its_imports():
+    graph, _ = import_graph()
+    assert {"perfutils", "kernels", "perfutils.cli", "kernels.api"} <= set(graph)
+    assert "kernels.problem" in graph["kernels.api"]  # a relative import is an edge
+
+
+def test_no_import_cycles():
+    graph, _ = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import circles (modules that import each other, directly or through others):\n" + "\n".join(
+        " <-> ".join(cycle) for cycle in cycles)
+
+
+def test_no_module_uses_another_modules_private_names():
+    _, private = import_graph()
+    assert not private, "private names used outside their module (give the shared piece a public name):\n" + "\n".join(
+        f"{module}: {use}" for module, uses in sorted(private.items()) for use in uses)
+
+
+def test_the_walk_sees_lazy_relative_and_private_uses():
+    modules = {"pkg": Path("pkg/__init__.py"), "pkg.a": Path("pkg/a.py"), "pkg.b": Path("pkg/b.py"),
+               "pkg.sub": Path("pkg/sub/__init__.py"), "pkg.sub.c": Path("pkg/sub/c.py")}
+    source = (
+        "from .b import _hidden, public\n"
+        "import pkg.b as alias\n"
+        "alias._state\n"
+        "from . import b\n"
+        "b._helper()\n"
+        "import pkg.sub.c\n"
+        "pkg.sub.c._x\n"
+        "b.__name__\n"
+        "def f():\n"
+        "    from .sub.c import value\n"
+    )
+    visitor = _Imports("pkg.a", False, modules)
+    visitor.visit(ast.parse(source))
+    assert visitor.edges == {"pkg.b", "pkg.sub.c"}
+    assert [use.split(": ", 1)[1] for use in visitor.private] == [
+        "from pkg.b import _hidden", "pkg.b._state", "pkg.b._helper", "pkg.sub.c._x"]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": set()}, []),
+])
+def test_find_cycles_on_small_graphs(source, expected):
+    assert find_cycles(source) == expected
