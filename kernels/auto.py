@@ -1,11 +1,11 @@
-"""Variant "auto", and split_row's default configuration: the fastest measured choice from a committed table.
+"""Variant "auto", and split_row's default configuration: the committed tuning table, and auto's first-call search.
 
-On a GPU, ``auto`` runs the first-call search of :mod:`kernels.autotune`, seeded with this table's entry. The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.tuning`` from H100 sweeps) holds,
-per (loss, target_format, dtype, vocab) and project variant, that variant's best (block_size,
-num_warps, options). ``auto`` runs the fastest variant's entry; ``split_row`` called without a
-configuration runs its own entry. A shape that is not in the table takes the entry of the nearest
-recorded vocab of the same loss when the GPU matches; otherwise auto falls back to a heuristic
-(split_row with its default chunks) and the other variants to their documented defaults.
+The table (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.measure.tuning`` from H100 sweeps) holds, per
+(loss, target_format, dtype, vocab) and project variant, that variant's best (block_size, num_warps, options).
+``split_row`` called without a configuration runs its own entry (the nearest recorded vocab of the same loss).
+``auto`` on a GPU runs the first-call search of :mod:`kernels.autotune`, seeded with the table's fastest entry;
+where the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``) it takes that entry, and without a
+table a heuristic (split_row with its default chunks).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def enabled() -> bool:
 def cache_file(gpu_name: str) -> Path:
     import triton
 
-    from perfutils.measure.records import gpu_slug
+    from perfutils.measure.schema import gpu_slug
 
     root = Path(os.environ.get("FUSED_LOSS_CACHE_DIR") or Path.home() / ".cache" / "fused-loss-kernels")
     return root / gpu_slug(gpu_name) / f"triton-{triton.__version__}.json"
