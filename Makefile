@@ -1,5 +1,6 @@
-# Two commands on a fresh machine: `make report` (the report) and `make test` (the test suite).
-# Both create/update a local virtual environment in .venv and install the project into it.
+# Two commands on a fresh machine: `make report` (the report) and `make test` (the test suite);
+# `make lab` opens the notebooks in JupyterLab. All create/update a local virtual environment in .venv
+# and install the project into it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Extra pytest arguments, e.g. PYTEST_ARGS="--random-order-bucket=global" (pytest-random-order) or "-k NAME".
 PYTEST_ARGS ?=
 
-.PHONY: report test test-python test-notebooks env clean
+.PHONY: report test test-python test-notebooks test-lab lab env clean
 
 $(STAMP): pyproject.toml constraints/ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,13 @@ env: $(STAMP)
 report: $(STAMP)
 	$(PY) -m perfutils.report --notebooks $(NOTEBOOKS) --out reports
 
+# JupyterLab on the collection, kernel "python3" = this .venv (the env's kernelspec wins over a user's),
+# ipywidgets live. Options go to jupyter lab: make lab LAB_ARGS="--port 8899 --no-browser --ip 127.0.0.1"
+LAB_ARGS ?=
+lab: $(STAMP)
+	JUPYTER_PREFER_ENV_PATH=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
 test: test-python test-notebooks
 
 test-python: $(STAMP)
@@ -30,6 +38,10 @@ test-python: $(STAMP)
 
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks $(PYTEST_ARGS)
+
+# Only the browser check: JupyterLab + notebook 04's widgets in headless Chromium (skips without Chromium).
+test-lab: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider tests/test_lab_browser.py
 
 clean:
 	rm -rf reports

@@ -4,13 +4,14 @@
 
 Notebooks run from the repository root with their default parameters (MODE "auto": replay the
 committed data/ without a GPU, measure with one). Figures land in reports/figures (the notebooks'
-FIG_DIR default); executed notebooks in reports/notebooks; HTML pages in reports/.
+FIG_DIR default); executed notebooks in reports/notebooks; HTML pages in reports/; the landing page
+reports/index.html (perfutils.report_index) shows the data's GPU and dates, the headline results and
+each notebook's question and main figure.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import os
 import sys
 import time
@@ -50,17 +51,16 @@ def render_html(executed: Path, out_dir: Path) -> Path:
     return page
 
 
-def write_index(pages: list[Path], failures: dict[str, str], out_dir: Path) -> Path:
-    items = "\n".join(f'<li><a href="{p.name}">{html.escape(p.stem)}</a></li>' for p in pages)
-    failed = "\n".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in failures.items())
+def write_index(notebooks: list[Path], pages: list[Path], failures: dict[str, str], out_dir: Path,
+                data_dir: Path = REPO_ROOT / "data", readme: Path = REPO_ROOT / "README.md") -> tuple[Path, list[str]]:
+    """Write out_dir/index.html (perfutils.report_index); returns it and the problems met building it."""
+    from .report_index import render_index
+
+    page, problems = render_index(notebooks=notebooks, pages=pages, failures=failures, out_dir=out_dir,
+                                  data_dir=data_dir, readme=readme)
     index = out_dir / "index.html"
-    index.write_text(
-        "<!doctype html><meta charset='utf-8'><title>Fused loss kernels on H100: report</title>"
-        f"<h1>Fused loss kernels on H100</h1><ul>{items}</ul>"
-        + (f"<h2>Failed notebooks</h2><ul>{failed}</ul>" if failures else ""),
-        encoding="utf-8",
-    )
-    return index
+    index.write_text(page, encoding="utf-8")
+    return index, problems
 
 
 def build_report(notebooks: list[Path], out_dir: Path, jobs: int = 2) -> int:
@@ -91,12 +91,13 @@ def build_report(notebooks: list[Path], out_dir: Path, jobs: int = 2) -> int:
                 failures[nb.name] = error
             else:
                 pages.append(page)
-    index = write_index(sorted(pages), failures, out_dir)
+    index, problems = write_index(notebooks, sorted(pages), failures, out_dir)
     print(f"Report: {index}  (figures in {out_dir / 'figures'}; {time.perf_counter() - started:.0f} s)")
     if failures:
         print(f"{len(failures)} notebook(s) failed: {', '.join(failures)}", file=sys.stderr)
-        return 1
-    return 0
+    for problem in problems:
+        print(f"index page: {problem}", file=sys.stderr)
+    return 1 if failures or problems else 0
 
 
 def main(argv=None) -> int:
