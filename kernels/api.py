@@ -16,14 +16,10 @@ import json
 
 import torch
 
-from .fused import plan_fused
+from . import ops
 from .launch import Plan
+from .planning import PLANNERS, VARIANTS, plan_problem
 from .problem import build_problem, check_block_size, check_num_warps
-from .split_row import plan_split_row
-from .two_pass import plan_two_pass
-
-PLANNERS = {"fused": plan_fused, "two_pass": plan_two_pass, "split_row": plan_split_row}
-VARIANTS = ("auto", *PLANNERS)
 
 
 def prepare(
@@ -58,28 +54,6 @@ def prepare(
     if validate:
         problem.check_labels_on_host()
     return plan_problem(problem, variant, block_size, num_warps, variant_options)
-
-
-def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
-    if variant in ("auto", "split_row"):
-        from .auto import choose_config
-
-        choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
-                               **variant_options)
-        variant, block_size, num_warps, variant_options = (
-            choice.variant, choice.block_size, choice.num_warps, choice.options
-        )
-    planner = PLANNERS[variant]
-    try:
-        plan = planner(problem, block_size, num_warps, **variant_options)
-    except TypeError as error:
-        if "unexpected keyword" in str(error):
-            raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
-        raise
-    if problem.n_rows == 0:  # empty batch: the prologue alone writes the loss (0)
-        plan.launches = []
-        plan.reset = None
-    return plan
 
 
 _CHECKED_OPTIONS: dict[tuple, str] = {}
@@ -152,8 +126,6 @@ def entropy_loss_forward_backward(
     tensor (read on the device). An out-of-range label gives a NaN loss and gradient and a device-side assert
     (see :mod:`kernels.prologue`); ``validate=True`` raises a ValueError on the host first (one sync).
     """
-    from . import ops
-
     options = _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
                              variant_options)
     value, tensor, compute_grad = _grad_output_args(grad_output)
@@ -170,8 +142,6 @@ class _EntropyLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size, num_warps,
                 options, validate):
-        from . import ops
-
         compute_grad = ctx.needs_input_grad[0]
         result, grad = ops.call_forward_backward(logits, target, loss_mask, None, 1.0, compute_grad, loss,
                                                  target_format, ignore_index, variant, block_size, num_warps, options,
@@ -181,8 +151,6 @@ class _EntropyLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        from . import ops
-
         if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # backward(create_graph=True)
             raise RuntimeError("kernels.entropy_loss has no second derivative (its backward is a precomputed "
                                "gradient): double backward / create_graph=True through it is not supported; use "

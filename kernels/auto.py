@@ -66,7 +66,8 @@ def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int, v
     return Choice(best["variant"], block, int(best["num_warps"]), options, source="tuning table")
 
 
-def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None, **options) -> Choice:
+def choose_config(problem: Problem, planners: dict, *, variant: str = "auto", block_size=None, num_warps=None,
+                  **options) -> Choice:
     """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
     for ``auto`` on a GPU the first-call search of :mod:`kernels.autotune` (seeded with the tuning table's entry),
     for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
@@ -78,9 +79,8 @@ def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, n
         )
         if variant == "auto":
             from . import autotune
-            from .api import PLANNERS
 
-            searched = autotune.choose(problem, choice, PLANNERS)
+            searched = autotune.choose(problem, choice, planners)
             if searched is not None:
                 found_variant, found_block, found_warps, found_options, source = searched
                 return Choice(found_variant, found_block, found_warps, dict(found_options), source=source)

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
 from .launch import Launch
+from .planning import plan_problem
 from .problem import build_problem
 
 NAMESPACE = "fused_loss"
@@ -61,8 +62,6 @@ def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output
         result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     # First call of this key (or a key that cannot have a template): check, plan, run, keep the template.
-    from .api import plan_problem
-
     problem = _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                        ignore_index)
     if validate or not logits.is_cuda:  # on the CPU (the interpreter) the check costs no device sync

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfutils import summary
+from perfutils.plots import summary
 from perfutils.report import write_index
 from perfutils.report_index import notebook_entry, question_of
 
