@@ -28,7 +28,8 @@ import torch
 
 from .problem import Problem
 
-CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
+CANDIDATE_REPEATS = 5
+MAX_CHUNKS = 64  # timed runs per candidate (after one untimed run that compiles)
 _MEMORY: dict[tuple, dict] = {}
 _LOCK = threading.Lock()
 
@@ -87,7 +88,8 @@ def candidates(problem: Problem, seed) -> list[tuple[str, int, int, dict]]:
             warps = max(4, min(32, tile // 1024))
             found.append(("split_row", tile, warps, {"split": False}))
     for chunk, warps in ((4096, 4), (8192, 4), (2048, 4), (8192, 8)):  # split rows, lagged exchange
-        if chunk < n_cols:
+        # at most 64 chunks a row (Triton 3.6's compiler failed on 75 chunks of 2048 columns)
+        if chunk < n_cols and math.ceil(n_cols / chunk) <= MAX_CHUNKS:
             found.append(("split_row", chunk, warps, {}))
     unique = []
     for item in found:

@@ -37,6 +37,10 @@ from .prologue import prologue_launch
 from .row_math import (
     CE_LABELS,
     base2,
+    body_offset,
+    combine_statistics,
+    load_edge,
+    row_peel,
     combine_partials,
     gradient_from_summary,
     label_logit,
@@ -248,6 +252,8 @@ def split_row_lagged_kernel(
     CHUNKS_POW2: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     POLL_FIRST: tl.constexpr,  # poll the summaries before issuing the reads (fewer registers, see plan_split_row)
+    PEEL: tl.constexpr = False,  # rows not 16-byte aligned: chunks cover the 16-byte body; the last chunk also
+    VEC: tl.constexpr = 8,  # the head and tail columns (row_math.row_peel); VEC elements per 16 bytes
 ):
     """The one-DRAM-read form with the exchange taken off the critical path (same arguments as
     split_row_kernel, no PHASE). Persistent: program (slot, chunk) walks rows slot, slot + n_slots, ...
@@ -269,8 +275,6 @@ def split_row_lagged_kernel(
     chunk = pid % NUM_CHUNKS
     start = chunk.to(tl.int64) * BLOCK_SIZE
     cols = tl.arange(0, BLOCK_SIZE)
-    width = n_cols - start
-    in_row = cols < width
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
     loss_rows_ptr = row_losses_ptr(ws_ptr)
@@ -297,15 +301,22 @@ def split_row_lagged_kernel(
         if POLL_FIRST:
             all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
                                                                               lane_used)
-        # This row's chunk (DRAM; kept in L2 for its second read), the old row's chunk (L2, last use)
-        x_cur, t_cur = load_raw_tiles(logits_ptr + cur * logits_stride + start, target_ptr + cur * target_stride + start,
-                                      cols, tl.where(cur_valid, width, 0), LOSS, "evict_last")
+        # This row's chunk (DRAM; kept in L2 for its second read), the old row's chunk (L2, last use).
+        # Chunks cover each row's 16-byte body (the whole row without PEEL).
+        head_cur, body_cur = row_peel(cur * logits_stride, n_cols, PEEL, VEC)
+        head_old, body_old = row_peel(old * logits_stride, n_cols, PEEL, VEC)
+        x_cur, t_cur = load_raw_tiles(logits_ptr + body_offset(cur * logits_stride, head_cur, PEEL, VEC) + start,
+                                      target_ptr + body_offset(cur * target_stride, head_cur, PEEL, VEC) + start,
+                                      cols, tl.where(cur_valid, body_cur - start, 0), LOSS, "evict_last")
         x_old_row = logits_ptr + old * logits_stride
-        old_width = tl.where(old_valid, width, 0)
+        old_width = tl.where(old_valid, body_old - start, 0)
         if not COMPUTE_GRAD:
             old_width = 0 * old_width
-        x_old, t_old = load_raw_tiles(x_old_row + start, target_ptr + old * target_stride + start, cols, old_width, LOSS,
-                                      "evict_first")
+        x_old, t_old = load_raw_tiles(logits_ptr + body_offset(old * logits_stride, head_old, PEEL, VEC) + start,
+                                      target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start,
+                                      cols, old_width, LOSS, "evict_first")
+        g_old = grad_ptr + body_offset(old * n_cols, head_old, PEEL, VEC) + start
+        in_old = cols < body_old - start
         x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), n_cols, LOSS)
         if not POLL_FIRST:  # poll with every read in flight
             all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
@@ -321,18 +332,37 @@ def split_row_lagged_kernel(
                 x2 = base2(x_old)
                 t2 = base2(t_old)
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
-                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols + start, label,
-                                             loss, LOSS)
-                tl.store(grad_ptr + old * n_cols + start + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
-                         mask=in_row, eviction_policy="evict_first")
+                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2,
+                                             cols + start + head_old, label, loss, LOSS)
+                tl.store(g_old + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_old,
+                         eviction_policy="evict_first")
+                if PEEL:
+                    if chunk == NUM_CHUNKS - 1:  # the row's head and tail columns (the last chunk is the lightest)
+                        ex2, et2, ecols, evalid = load_edge(x_old_row, target_ptr + old * target_stride, head_old,
+                                                            body_old, n_cols, LOSS, VEC)
+                        egrad = gradient_from_summary(ex2, et2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, ecols,
+                                                      label, loss, LOSS)
+                        tl.store(grad_ptr + old * n_cols + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty),
+                                 mask=evalid)
         elif row >= behind:  # a skipped old row: zero loss and gradient
             tl.store(loss_rows_ptr + old, 0.0, mask=chunk == 0)
             if COMPUTE_GRAD:
-                tl.store(grad_ptr + old * n_cols + start + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty),
-                         mask=in_row)
+                tl.store(g_old + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_old)
+                if PEEL:
+                    edge = tl.arange(0, 2 * VEC)
+                    ecols = tl.where(edge < head_old, edge, body_old + edge)
+                    tl.store(grad_ptr + old * n_cols + ecols, tl.zeros([2 * VEC], dtype=grad_ptr.dtype.element_ty),
+                             mask=(ecols < n_cols) & (chunk == NUM_CHUNKS - 1))
 
         if cur_valid:  # summarise this row's chunk and publish (plain stores: see EMPTY_BITS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)
+            if PEEL:
+                if chunk == NUM_CHUNKS - 1:  # the last chunk's summary also covers the row's head and tail columns
+                    ex2, et2, _ecols, _evalid = load_edge(logits_ptr + cur * logits_stride, target_ptr + cur * target_stride,
+                                                          head_cur, body_cur, n_cols, LOSS, VEC)
+                    em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
+                    m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t,
+                                                                 eacc, LOSS)
             store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
         cur_valid = nxt_valid
     finish_program(ws_ptr, loss_ptr, n_rows)
@@ -480,7 +510,8 @@ def plan_split_row(
         else:
             # Measured on the H100 (data/h100-sxm-80gb/split_row_schedules.csv): polling first keeps
             # labels CE's registers down; the target-distribution losses gain from polling last.
-            fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value}
+            fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value,
+                                                              **problem.peel_constexprs()}
         return Launch(
             name=name,
             fn=fn,

@@ -308,14 +308,14 @@ def test_launch_options_carry_maxnreg_only_when_set(gen, oracle):
     assert capped.options == {"num_warps": capped.num_warps, "num_stages": 1, "maxnreg": 64}
 
 
-LAGGED_CASES = [  # (loss_index, poll_first, masked, grad_output)
-    (0, True, False, 1.0), (0, False, True, None), (1, False, False, 0.5), (2, False, True, 1.0), (3, False, False, 1.0),
-    (3, True, True, None),
+LAGGED_CASES = [  # (loss_index, poll_first, masked, grad_output, vocab): 93 columns = rows not 16-byte aligned (PEEL)
+    (0, True, False, 1.0, 96), (0, False, True, None, 96), (1, False, False, 0.5, 96), (2, False, True, 1.0, 96),
+    (3, False, False, 1.0, 96), (3, True, True, None, 96), (0, True, True, 1.0, 93), (3, False, True, 0.5, 93),
 ]
 
 
-@pytest.mark.parametrize("loss_index, poll_first, masked, grad_output", LAGGED_CASES)
-def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_output, gen, oracle):
+@pytest.mark.parametrize("loss_index, poll_first, masked, grad_output, vocab", LAGGED_CASES)
+def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_output, vocab, gen, oracle):
     """The lagged cooperative kernel, run by the interpreter in its one-chunk form.
 
     With one chunk per row a program waits only for summaries it published itself LAG_STEPS steps
@@ -325,15 +325,19 @@ def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_outpu
     """
     from kernels import split_row
     from kernels.launch import Launch
+    from kernels.problem import build_problem
 
     loss, fmt = LOSS_FORMATS[loss_index]
-    logits, target = oracle.make_inputs(gen, (11, 96), torch.float32, fmt)
+    logits, target = oracle.make_inputs(gen, (11, vocab), torch.bfloat16 if vocab % 8 else torch.float32, fmt)
     options = dict(loss=loss, target_format=fmt, grad_output=grad_output)
     if fmt == "labels":
         target[[1, 6]] = -100
     if masked:
         options["loss_mask"] = torch.tensor([i % 4 != 2 for i in range(11)], device=logits.device)
     plan = kernels.prepare(logits, target, variant="split_row", block_size=32, num_warps=2, cooperative=False, **options)
+    peel = build_problem(logits, target, loss=loss, target_format=fmt, grad_output=grad_output, ignore_index=-100,
+                         loss_mask=options.get("loss_mask")).peel_constexprs()
+    assert peel["PEEL"] == (vocab % 8 != 0)
     stats = plan.launches[0]
     plan.prologue()  # scales and counters; the summaries (1 chunk per row) sit where the plan's 3 chunks would
     offset = stats.args["partials_offset"]
@@ -342,7 +346,7 @@ def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_outpu
     partials.view(torch.int32).fill_(split_row.EMPTY_BITS.value)
     n_slots = 3
     constexprs = {k: v for k, v in stats.constexprs.items() if k != "PHASE"}
-    constexprs.update(NUM_CHUNKS=1, CHUNKS_POW2=2, BLOCK_SIZE=128, POLL_FIRST=poll_first)
+    constexprs.update(NUM_CHUNKS=1, CHUNKS_POW2=2, BLOCK_SIZE=128, POLL_FIRST=poll_first, **peel)
     lagged = Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots,),
                     dict(stats.args, n_slots=n_slots), constexprs, num_warps=2)
     lagged()
