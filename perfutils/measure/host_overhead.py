@@ -1,0 +1,154 @@
+"""Host time per call of the pieces a loss call is made of (GPU machine): why the public call is built as it is.
+
+The kernels of a small loss call take microseconds on the GPU, so what the CPU does per call decides whether the GPU
+waits. This study times, on the GPU machine's own CPU, the pieces a call can be made of: a Triton launch through
+``JITFunction`` (re-binds and re-specializes every argument) and through the compiled kernel's launcher, a
+``torch.library.custom_op`` call, a ``torch.library.Library`` operator call (with 14 arguments, as
+``fused_loss::forward_backward``), an ``autograd.Function``, an allocation, the current-stream query; and the
+project's public calls on an 8 x 32000 problem of each loss. Each piece: wall-clock microseconds per call, the
+median of 5 batches of N calls (no synchronization inside a batch). Written to ``<out>/<gpu>/host_overhead.csv``.
+
+    python -m perfutils.measure.host_overhead --out data
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Callable
+
+LOSS_FORMATS = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
+                ("reverse_kl", "logits"))
+
+
+def wall_us(fn: Callable[[], object], calls: int = 2000, batches: int = 5) -> float:
+    """Median over batches of the wall-clock microseconds per call (after a warm-up batch)."""
+    import torch
+
+    for _ in range(min(calls, 200)):
+        fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
+
+
+def pieces() -> list[tuple[str, str, Callable[[], object]]]:
+    """(group, name, call) for every piece timed."""
+    import torch
+
+    import kernels
+
+    device = "cuda"
+    x = torch.randn(8, 32000, device=device).bfloat16()
+    t = torch.randn(8, 32000, device=device).bfloat16()
+    rows = [
+        ("torch", "torch.empty((8, 32000), bf16)", lambda: torch.empty((8, 32000), dtype=torch.bfloat16, device=device)),
+        ("torch", "torch.empty(()), fp32", lambda: torch.empty((), device=device)),
+        ("torch", "torch.cuda.current_stream().cuda_stream", lambda: torch.cuda.current_stream().cuda_stream),
+        ("torch", "tensor.sum() (a small reduction kernel)", lambda: x.sum()),
+    ]
+    plan = kernels.prepare(x, t, loss="reverse_kl", target_format="logits", variant="fused")
+    launch = plan.launches[0]
+    plan.run()
+    compiled = launch.compiled
+    values = [{**launch.args, **launch.constexprs}[name] for name in launch.fn.arg_names]
+    stream = torch.cuda.current_stream().cuda_stream
+    rows += [
+        ("triton launch", "JITFunction fn[grid](**kwargs) (fused kernel, 17 arguments)",
+         lambda: launch.fn[launch.grid](**launch.args, **launch.constexprs, **launch.options)),
+        ("triton launch", "CompiledKernel.run(...) (same kernel, direct)",
+         lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
+                              None, *values)),
+    ]
+
+    @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())
+    def custom_noop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a
+
+    custom_noop.register_fake(lambda a, b: a.new_empty(a.shape))
+    library = torch.library.Library("host_overhead_probe2", "DEF")
+    library.define("noop(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? g, float go, bool cg, str loss, "
+                   "str fmt, int ii, str variant, int? bs, int? nw, str options, bool validate) -> Tensor")
+    library.impl("noop", lambda *args: args[0], "CUDA")
+    library_noop = torch.ops.host_overhead_probe2.noop.default
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.view_as(a)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    leaf = x.clone().requires_grad_(True)
+    rows += [
+        ("operator", "torch.library.custom_op call (returns its input)", lambda: custom_noop(x, t)),
+        ("operator", "torch.library.Library op call, 14 arguments (returns its input)",
+         lambda: library_noop(x, t, None, None, 1.0, True, "reverse_kl", "logits", -100, "auto", None, None, "", False)),
+        ("operator", "autograd.Function.apply (identity)", lambda: Identity.apply(leaf)),
+    ]
+
+    def public(loss, fmt, target):
+        return lambda: kernels.entropy_loss_forward_backward(x, target, loss=loss, target_format=fmt)
+
+    def public_autograd(loss, fmt, target):
+        def step():
+            leaf.grad = None
+            kernels.entropy_loss(leaf, target, loss=loss, target_format=fmt).backward()
+        return step
+
+    def plain_autograd():
+        leaf.grad = None
+        leaf.float().sum().backward()
+
+    labels = torch.randint(0, 32000, (8,), device=device)
+    for loss, fmt in LOSS_FORMATS:
+        target = labels if fmt == "labels" else t
+        rows.append(("public call", f"entropy_loss_forward_backward {loss}/{fmt}", public(loss, fmt, target)))
+        rows.append(("public call", f"entropy_loss(...).backward() {loss}/{fmt}", public_autograd(loss, fmt, target)))
+    rows.append(("public call", "floor: x.float().sum().backward() (PyTorch's autograd alone)", plain_autograd))
+    return rows
+
+
+def measure(out: str = "data", overwrite: bool = False):
+    import pandas as pd
+    import torch
+
+    from .metadata import collect_metadata
+    from .schema import data_path
+    from .store import write_table
+
+    path = data_path(out, torch.cuda.get_device_name(), "host_overhead")
+    if path.exists() and not overwrite:
+        raise SystemExit(f"{path} exists: not overwriting recorded data (pass --overwrite to move it aside)")
+    records = []
+    for group, name, call in pieces():
+        calls = 500 if group == "public call" else 2000
+        records.append({"group": group, "piece": name, "us_per_call": wall_us(call, calls=calls), "calls": calls})
+        print(f"{group:14s} {name:75s} {records[-1]['us_per_call']:8.1f} us", flush=True)
+    frame = pd.DataFrame(records)
+    write_table(frame, path, collect_metadata({"study": "host_overhead", "problem": "8 x 32000 bf16"}),
+                overwrite=overwrite)
+    return frame
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.host_overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="data")
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    measure(args.out, args.overwrite)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
