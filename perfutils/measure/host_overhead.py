@@ -11,8 +11,6 @@ median of 5 batches of N calls (no synchronization inside a batch). Written to `
     python -m perfutils.measure.host_overhead --out data
 """
 
-from __future__ import annotations
-
 import argparse
 import statistics
 import sys
@@ -69,6 +67,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
                               None, *values)),
     ]
 
+    # (no "from __future__ import annotations" in this module: custom_op reads these annotations as types)
     @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())
     def custom_noop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a
