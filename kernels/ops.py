@@ -23,7 +23,7 @@ import triton.language as tl
 from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
 from .launch import Launch
 from .planning import plan_problem
-from .problem import build_problem
+from .problem import as_flat, as_rows, build_problem
 
 NAMESPACE = "fused_loss"
 
@@ -52,12 +52,14 @@ def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output
         if validate:  # templates exist on CUDA only; the CPU path checks every call below
             _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                      ignore_index).check_labels_on_host()
-        rows = logits if logits.dim() == 2 else logits.view(-1, logits.shape[-1])
+        # The same views (or copies, for layouts the kernels cannot take) as the first call's checks made.
+        n_cols = logits.shape[-1]
+        rows = as_rows(logits, n_cols)
         if target_format == "labels":
-            labels, target_rows = (target if target.dim() == 1 else target.reshape(-1)), None
+            labels, target_rows = as_flat(target), None
         else:
-            labels, target_rows = None, (target if target.dim() == 2 else target.view(-1, target.shape[-1]))
-        mask = loss_mask.reshape(-1).view(torch.uint8) if loss_mask is not None else None
+            labels, target_rows = None, as_rows(target, n_cols)
+        mask = as_flat(loss_mask).view(torch.uint8) if loss_mask is not None else None
         grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
         result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))

@@ -150,14 +150,22 @@ def _check_choice(value, name: str, choices) -> str:
     return value
 
 
-def _as_rows(tensor: torch.Tensor, n_cols: int) -> torch.Tensor:
+def as_rows(tensor: torch.Tensor, n_cols: int) -> torch.Tensor:
     """View as (rows, n_cols) with unit column stride, keeping any row stride; copy only when impossible."""
+    if tensor.dim() == 2 and tensor.stride(1) == 1:
+        return tensor
     if tensor.stride(-1) != 1:
         tensor = tensor.contiguous()
     try:
         return tensor.view(-1, n_cols)
     except RuntimeError:  # batch dims that cannot be collapsed into one stride
         return tensor.reshape(-1, n_cols).contiguous()
+
+
+def as_flat(tensor: torch.Tensor) -> torch.Tensor:
+    """A per-row tensor (labels, mask) as one contiguous dimension (a copy only when it is strided)."""
+    flat = tensor.reshape(-1)
+    return flat if flat.is_contiguous() else flat.contiguous()
 
 
 def _grad_output(grad_output, device: torch.device) -> tuple[float | None, torch.Tensor | None]:
@@ -221,7 +229,7 @@ def build_problem(
                 f"target (labels) must have shape {batch_shape} (logits' shape without the vocab dim), "
                 f"got {tuple(target.shape)}"
             )
-        labels = target.reshape(-1)
+        labels = as_flat(target)
     else:
         if target.dtype not in LOGITS_DTYPES:
             raise TypeError(f"target (logits) must be bfloat16, float16 or float32, got {target.dtype}")
@@ -229,7 +237,7 @@ def build_problem(
             raise ValueError(
                 f"target (logits) must have the shape of logits {tuple(logits.shape)}, got {tuple(target.shape)}"
             )
-        target_logits = _as_rows(target, n_cols)
+        target_logits = as_rows(target, n_cols)
 
     mask = None
     if loss_mask is not None:
@@ -241,15 +249,13 @@ def build_problem(
             raise ValueError(f"loss_mask must have shape {batch_shape} (one flag per row), got {tuple(loss_mask.shape)}")
         if loss_mask.device != logits.device:
             raise ValueError(f"loss_mask is on {loss_mask.device} but logits are on {logits.device}")
-        mask = loss_mask.reshape(-1).contiguous().view(torch.uint8)
+        mask = as_flat(loss_mask).view(torch.uint8)
 
     grad_value, grad_tensor = _grad_output(grad_output, logits.device)
-    rows = _as_rows(logits, n_cols)
+    rows = as_rows(logits, n_cols)
     if rows.shape[0] >= MAX_ROWS:
         raise ValueError(f"logits have {rows.shape[0]} rows; at most {MAX_ROWS - 1} are supported in one call "
                          "(the kernels' finish counters are fp32): split the batch")
-    if labels is not None and not labels.is_contiguous():
-        labels = labels.contiguous()
     # The rows that count, and the labels' range, are checked on the device (kernels.prologue): no sync here.
     return Problem(
         loss=loss,

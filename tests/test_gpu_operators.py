@@ -141,6 +141,27 @@ def test_repeated_calls_take_new_data_and_grad_output(loss, fmt):
 
 
 @pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_repeated_calls_with_strided_inputs(loss, fmt):
+    """Layouts the kernels cannot take as they are (column stride 2; a 3-D batch whose leading dims do not collapse;
+    strided labels and mask) are copied on every call: the first (which builds the template) and repeated ones."""
+    for seed in (14, 15):
+        x, t, m = make_inputs((600, 2 * 4099), fmt, seed=seed)
+        x2, m2 = x[:, ::2], m[::2].repeat_interleave(2)  # column stride 2; a mask view with stride 1
+        t2 = t if fmt == "labels" else t[:, ::2]
+        value, grad = kernels.entropy_loss_forward_backward(x2, t2, loss=loss, target_format=fmt, loss_mask=m2)
+        ref_loss, ref_grad = reference(x2, t2, loss, fmt, m2)
+        assert rel_err(value, ref_loss) <= TOL and rel_err(grad, ref_grad) <= TOL
+        x3 = x[:, :4099].reshape(3, 200, 4099)[:, :100]  # (3, 100, V) with strides (200 V, V, 1): no single row stride
+        t3 = t.reshape(3, 200)[:, :100] if fmt == "labels" else t[:, :4099].reshape(3, 200, 4099)[:, :100]
+        m3 = m.reshape(3, 200)[:, :100]
+        value, grad = kernels.entropy_loss_forward_backward(x3, t3, loss=loss, target_format=fmt, loss_mask=m3)
+        ref_loss, ref_grad = reference(x3.reshape(300, 4099), t3.reshape(-1) if fmt == "labels" else t3.reshape(300, 4099),
+                                       loss, fmt, m3.reshape(-1))
+        assert grad.shape == x3.shape
+        assert rel_err(value, ref_loss) <= TOL and rel_err(grad.reshape(300, 4099), ref_grad) <= TOL
+
+
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
 def test_no_sync_in_a_repeated_call(loss, fmt):
     """The first call of a shape may set up (compile, size grids); the same calls again must not synchronize."""
     x, t, m = make_inputs((2048, 32000), fmt, seed=13)
