@@ -122,7 +122,8 @@ def test_commit_from_file_git_or_nothing(tmp_path):
     assert fast_llm.checkout_commit(write_checkout(tmp_path / "file", "c" * 40)) == "c" * 40
     assert fast_llm.checkout_commit(write_checkout(tmp_path / "none", None)) is None
     repo = write_checkout(tmp_path / "git", None)
-    assert fast_llm.checkout_commit(repo) == commit_all(repo)
+    head = commit_all(repo)
+    assert fast_llm.checkout_commit(repo) == head
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "COMMIT").write_text("not a hash")
     with pytest.raises(ValueError, match="commit hash"):
