@@ -2,10 +2,14 @@
 # How the committed H100 data was produced: stages run on the GPU machine from the repo root, each
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
 #   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|
-#                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row
+#                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row|
+#                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.measure.case_497]
+# The case-497 stages run Fast-LLM from the checkouts in FAST_LLM_PATH (see perfutils/measure/case_497.py), e.g.
+#   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-27f4747e:.peers/fast_llm-7d61a1ba scripts/collect_h100.sh case-497-measure
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"
+shift
 case "$stage" in
   ceilings)
     python3 - <<'PY'
@@ -85,5 +89,8 @@ PY
       done; } > "$log" 2>&1
     echo "wrote $log" ;;
   remeasure-project) for s in forget-project case benchmark tuning-table; do "$0" "$s"; done ;;
+  case-497-measure) python3 -m perfutils.measure.case_497 measure --out data "$@" ;;  # case_497.csv, resumable
+  case-497-ablation) python3 -m perfutils.measure.case_497 ablation --out data "$@" ;;  # case_497_ablation.csv, resumable
+  case-497-ncu) python3 -m perfutils.measure.case_497 ncu --out data "$@" ;;  # logs/ncu_case_497_<date>.txt + case_497_ncu.csv
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

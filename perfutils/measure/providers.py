@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 PROVIDERS = ("eager", "torch_compile", "liger")
+# Variants whose prepare lives in its own module, by name prefix: Fast-LLM's kernels run from a checkout
+# ("fast_llm", "fast_llm_<commit>") and the case study's ablation kernels ("case497.<step>").
+PROVIDER_MODULES = {"fast_llm": "perfutils.measure.fast_llm", "case497.": "kernels.case_study.ablation"}
 
 
 @dataclass
@@ -57,6 +60,12 @@ def liger_available() -> bool:
 
 def prepare(logits, target, *, loss="cross_entropy", target_format="labels", variant="auto", ignore_index=-100, **options):
     """kernels.prepare for the project's variants; a TorchPlan for the baselines in PROVIDERS."""
+    module = next((m for prefix, m in PROVIDER_MODULES.items() if str(variant).startswith(prefix)), None)
+    if module is not None:
+        import importlib
+
+        return importlib.import_module(module).prepare(logits, target, loss=loss, target_format=target_format,
+                                                       variant=variant, ignore_index=ignore_index, **options)
     if variant not in PROVIDERS:
         import kernels
 

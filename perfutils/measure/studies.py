@@ -93,14 +93,19 @@ def run_cases(
     out: str = "data",
     skip_liger_if_missing: bool = True,
     log=print,
+    parameters: dict[str, Any] | None = None,
+    measurer: Any = None,
     **settings: Any,
 ):
-    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``."""
+    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``.
+
+    ``parameters``: more for the sidecar's parameters (e.g. the commits of peer checkouts); ``measurer``: a
+    measure(point) callable with ``copy_gbps`` to use instead of a GpuMeasurer (dry runs on a CPU)."""
     from .metadata import collect_metadata
 
     known = _known_with_providers()
     cases = [c for c in cases if not (c[0] == "liger" and skip_liger_if_missing and not providers.liger_available())]
-    measurer = metadata = None
+    metadata = None
     frames = []
     # Shapes outermost: the measurer keeps one shape's inputs and float64 reference at a time.
     for n_tokens, vocab, (loss, target_format) in itertools.product(tokens, vocabs, losses):
@@ -117,11 +122,11 @@ def run_cases(
                 tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,
             )
             spec = load_config(config, known=known)
-            if measurer is None:
-                measurer = GpuMeasurer(spec, prepare=providers.prepare, log=log)
+            if metadata is None:
+                measurer = measurer or GpuMeasurer(spec, prepare=providers.prepare, log=log)
                 metadata = collect_metadata(
                     dict(study=study, cases=cases, losses=list(losses), vocab=list(vocabs), tokens=list(tokens),
-                         dtype=dtype, **settings),
+                         dtype=dtype, **settings, **(parameters or {})),
                     measurer.copy_gbps,
                 )
             frames.append(run_sweep(spec, measure=measurer, metadata=metadata, log=log))

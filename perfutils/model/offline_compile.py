@@ -22,8 +22,8 @@ from typing import Any
 from .compile_worker import WORKER, KernelLocator
 from .cuda_tools import sass_from_cubin
 from .hardware import check_num_warps
-from .specialization import DEFAULT_TARGET, raw_python_function, specialize
-from .triton_compile import OfflineCompile, normalize_target
+from .specialization import DEFAULT_TARGET, is_jit_function, raw_python_function, specialize
+from .triton_compile import OfflineCompile, compile_in_this_process, normalize_target
 
 __all__ = ["compile_offline", "compile_launch", "clear_cache"]
 
@@ -39,7 +39,7 @@ def clear_cache() -> None:
 
 def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | None = None, num_warps: int = 4,
                     num_stages: int = 1, target: Any = DEFAULT_TARGET, *, with_sass: bool = True,
-                    maxnreg: int | None = None) -> OfflineCompile:
+                    maxnreg: int | None = None, in_process: bool = False) -> OfflineCompile:
     """Compile ``fn`` for ``target`` (default H100, sm_90) without a GPU and read its resource usage.
 
     ``args`` are the run-time arguments by name (tensors on any device, ints, floats): only their dtypes,
@@ -48,6 +48,11 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
     that imports ``fn``'s module afresh with the interpreter off, so it works whatever this process did
     before (kernels run under ``TRITON_INTERPRET=1`` included). ``fn`` must be defined at module level in
     an importable module or file. Results are cached in-process.
+
+    ``in_process=True`` compiles ``fn`` as this process holds it instead, for a kernel the worker cannot import
+    the same way (a peer's checkout loaded from a folder that is not on ``sys.path``, module globals set by the
+    caller: :mod:`perfutils.measure.fast_llm`). ``fn`` must then be a JITFunction and this process must not have
+    run kernels under ``TRITON_INTERPRET=1`` (see :mod:`perfutils.model.compile_worker` for why).
     """
     check_num_warps(num_warps)
     if not isinstance(num_stages, int) or isinstance(num_stages, bool):
@@ -58,11 +63,14 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
         raise TypeError(f"with_sass must be a bool, got {type(with_sass).__name__}")
     if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool) or not 16 <= maxnreg <= 255):
         raise ValueError(f"maxnreg must be None or an int in [16, 255] (registers per thread), got {maxnreg!r}")
+    if in_process and not is_jit_function(fn):
+        raise RuntimeError(f"in_process=True compiles a JITFunction, got a {type(fn).__name__}: this process runs "
+                           "kernels under TRITON_INTERPRET=1; compile in a process without it")
     gpu_target = normalize_target(target)
     spec = specialize(fn, args, constexprs)
     raw = raw_python_function(fn)
     target_key = (gpu_target.backend, gpu_target.arch, gpu_target.warp_size)
-    key = (raw, spec.key(), num_warps, num_stages, maxnreg, target_key)
+    key = (raw, spec.key(), num_warps, num_stages, maxnreg, target_key, in_process)
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
@@ -71,7 +79,11 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
             return hit
         options = dict(num_warps=num_warps, num_stages=num_stages, target=target_key, with_sass=with_sass,
                        maxnreg=maxnreg, debug=bool(getattr(fn, "debug", None)))
-        result = WORKER.compile(KernelLocator.of(raw), spec, options)
+        if in_process:
+            options["target"] = gpu_target
+            result = compile_in_this_process(fn, spec, **options)
+        else:
+            result = WORKER.compile(KernelLocator.of(raw), spec, options)
         _cache[key] = result
         return result
 

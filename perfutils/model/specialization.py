@@ -26,7 +26,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_TARGET", "Specialization", "specialize", "is_jit_function", "raw_python_function"]
+__all__ = ["DEFAULT_TARGET", "Specialization", "specialize", "split_arguments", "is_jit_function", "raw_python_function"]
 
 DEFAULT_TARGET = ("cuda", 90, 32)  # (backend, compute capability, warp size): H100
 
@@ -101,6 +101,17 @@ def _parameters_of(fn: Any) -> Any:
     view = JITFunction(raw, **kwargs)
     _signature_views[id(fn)] = (fn, view)
     return view
+
+
+def split_arguments(fn: Any, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run-time arguments, ``tl.constexpr`` arguments) of ``fn`` among ``values`` (by parameter name, in the
+    kernel's order; names that are not parameters are left out): the two dicts :func:`specialize` takes, for a
+    launch recorded as one dict of arguments. ``fn`` may be a JITFunction or an InterpretedFunction."""
+    runtime, constexprs = {}, {}
+    for param in _parameters_of(fn).params:
+        if param.name in values:
+            (constexprs if param.is_constexpr else runtime)[param.name] = values[param.name]
+    return runtime, constexprs
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,395 @@
+"""perfutils.measure.fast_llm (Fast-LLM run from a checkout) and perfutils.measure.case_497 (the case study's stages).
+
+Most tests use a small stand-in checkout written into a temporary folder (a ``fast_llm`` package with the same
+module path, enums and wrapper signature as Fast-LLM, and a toy kernel): they check the loader, commits,
+variant names, the launch recording, the provider's plan and an offline sm_90 compile, on any Python. The
+tests marked ``real`` load the checkouts named by ``$FAST_LLM_PATH`` (Python >= 3.12) and check what their
+launches look like; Fast-LLM's kernels do not run under Triton 3.6's interpreter, so their numbers are checked
+on the GPU by the harness.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from perfutils.measure import case_497, fast_llm, providers
+
+FAKE_CONFIG = '''
+import enum
+
+
+class TargetFormat(enum.StrEnum):
+    labels = "labels"
+    logits = "logits"
+
+
+class EntropyLossType(enum.StrEnum):
+    cross_entropy = "cross_entropy"
+    reverse_kl = "reverse_kl"
+'''
+
+FAKE_ENTROPY_LOSS = '''
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from fast_llm.functional.config import EntropyLossType, TargetFormat
+
+# Like Fast-LLM: tl.arange on a GPU, a jitted wrapper under the interpreter, None with neither.
+if torch.cuda.is_available():
+    tl_arange = tl.arange
+elif os.environ.get("TRITON_INTERPRET") == "1":
+    @triton.jit
+    def tl_arange(start: tl.constexpr, end: tl.constexpr):
+        return tl.arange(start, end)
+else:
+    tl_arange = None
+
+
+@triton.jit
+def toy_forward_backward_kernel(logits_ptr, grad_ptr, losses_ptr, grad_losses, n_cols: tl.constexpr,
+                                block_size: tl.constexpr, accumulate: tl.constexpr = False):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl_arange(0, block_size)
+    x = tl.load(logits_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(grad_ptr + row * n_cols + cols, x * grad_losses, mask=cols < n_cols)
+    tl.store(losses_ptr + row, tl.sum(x, 0))
+
+
+def reduce_losses(losses, divisor=None, mask=None):
+    return losses.sum() / divisor
+
+
+def triton_entropy_loss_forward_backward(logits, target, loss_mask, grad_logits=None, grad_output=None, group=None,
+                                         logits_scale_factor=1.0, temperature=1.0,
+                                         target_format=TargetFormat.labels,
+                                         entropy_loss_type=EntropyLossType.cross_entropy, block_size=None,
+                                         num_warps=None, divisor=None):
+    n_rows, n_cols = logits.shape
+    block_size = block_size or triton.next_power_of_2(n_cols)
+    grad = torch.empty_like(logits)
+    losses = torch.empty(n_rows, dtype=torch.float, device=logits.device)
+    toy_forward_backward_kernel[(n_rows,)](logits, grad, losses, grad_output / divisor, n_cols=n_cols,
+                                           block_size=block_size, num_warps=num_warps or 4)
+    return reduce_losses(losses, divisor), grad
+'''
+
+
+def write_checkout(root: Path, commit: str | None = "ab" * 20, entropy_loss: str = FAKE_ENTROPY_LOSS) -> Path:
+    files = {
+        "fast_llm/__init__.py": "",
+        "fast_llm/functional/__init__.py": "",
+        "fast_llm/functional/config.py": FAKE_CONFIG,
+        "fast_llm/functional/triton/__init__.py": "",
+        "fast_llm/functional/triton/entropy_loss.py": entropy_loss,
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    if commit is not None:
+        (root / "COMMIT").write_text(commit + "\n")
+    return root
+
+
+@pytest.fixture
+def two_checkouts(tmp_path, monkeypatch):
+    a = write_checkout(tmp_path / "a", "a" * 40)
+    b = write_checkout(tmp_path / "b", "b1" * 20)
+    monkeypatch.setenv(fast_llm.ENV_VAR, os.pathsep.join([str(a), str(b)]))
+    return a, b
+
+
+def commit_all(repo: Path) -> str:
+    """Make ``repo`` a git repository with one commit of everything in it; returns the commit."""
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for step in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(git + step, check=True)
+    return subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_commit_from_file_git_or_nothing(tmp_path):
+    assert fast_llm.checkout_commit(write_checkout(tmp_path / "file", "c" * 40)) == "c" * 40
+    assert fast_llm.checkout_commit(write_checkout(tmp_path / "none", None)) is None
+    repo = write_checkout(tmp_path / "git", None)
+    head = commit_all(repo)
+    assert fast_llm.checkout_commit(repo) == head
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "COMMIT").write_text("not a hash")
+    with pytest.raises(ValueError, match="commit hash"):
+        fast_llm.checkout_commit(tmp_path / "bad")
+
+
+def test_extract_checkout_from_a_repository(tmp_path):
+    repo = write_checkout(tmp_path / "repo", None)
+    head = commit_all(repo)
+    dest = fast_llm.extract_checkout(head[:8], repo / ".git", tmp_path / "peers")
+    assert dest == tmp_path / "peers" / f"fast_llm-{head[:8]}"
+    assert (dest / "fast_llm" / "functional" / "triton" / "entropy_loss.py").is_file()
+    assert fast_llm.checkout_commit(dest) == head
+    assert fast_llm.extract_checkout(head[:8], repo / ".git", tmp_path / "peers") == dest  # reused
+
+
+def test_variants_name_checkouts(two_checkouts, monkeypatch):
+    a, b = two_checkouts
+    assert fast_llm.find_checkout("fast_llm") == a
+    assert fast_llm.find_checkout("fast_llm_b1b1b1b1") == b
+    assert fast_llm.variant_name("b1" * 20) == "fast_llm_b1b1b1b1" and fast_llm.variant_name(None) == "fast_llm"
+    with pytest.raises(FileNotFoundError, match="no checkout .* is at commit 1234"):
+        fast_llm.find_checkout("fast_llm_1234")
+    with pytest.raises(ValueError, match="commit prefix"):
+        fast_llm.find_checkout("fast_llm_xyz")
+    monkeypatch.delenv(fast_llm.ENV_VAR)
+    with pytest.raises(FileNotFoundError, match="FAST_LLM_PATH"):
+        fast_llm.find_checkout("fast_llm")
+
+
+def test_two_checkouts_load_side_by_side(two_checkouts):
+    a, b = two_checkouts
+    first, second = fast_llm.load(a), fast_llm.load(b)
+    assert first.module is not second.module and fast_llm.load(a) is first  # cached per folder
+    assert Path(first.module.__file__).is_relative_to(a.resolve())
+    assert Path(second.module.__file__).is_relative_to(b.resolve())
+    assert not [name for name in sys.modules if name == "fast_llm" or name.startswith("fast_llm.")]
+    assert first.kernel_names == ["toy_forward_backward_kernel"]
+    assert first.supports("reverse_kl", "logits") and not first.supports("forward_kl", "logits")
+    assert first.variant == "fast_llm_aaaaaaaa"
+
+
+def test_load_says_what_is_missing(tmp_path):
+    with pytest.raises(ImportError, match="not a Fast-LLM checkout"):
+        fast_llm.load(tmp_path)
+    missing = write_checkout(tmp_path / "missing", entropy_loss="import surely_not_installed_module\n")
+    with pytest.raises(ImportError, match="surely_not_installed_module.*not installed"):
+        fast_llm.load(missing)
+    newer = write_checkout(tmp_path / "newer", entropy_loss="def f[T](x: T) -> T:\n    return x\n")
+    if sys.version_info < (3, 12):
+        with pytest.raises(ImportError, match="Python >= 3.12"):
+            fast_llm.load(newer)
+    assert not [name for name in sys.modules if name.startswith("fast_llm")]
+
+
+def test_capture_records_the_launch_without_running_it(two_checkouts):
+    checkout = fast_llm.load(two_checkouts[0])
+    (launch,) = fast_llm.capture_launches(checkout, loss="reverse_kl", target_format="logits", tokens=4096,
+                                          vocab=1000, num_warps=8)
+    assert launch.name == "toy_forward_backward_kernel" and launch.grid == (4096,)
+    assert launch.block_size == 1024 and launch.warp_choices == [8] and launch.num_warps == 8
+    assert launch.num_stages == 3 and not launch.autotuned  # Triton's default: Fast-LLM passes none
+    runtime, constexprs = launch.split_arguments()
+    assert constexprs == {"n_cols": 1000, "block_size": 1024}
+    assert set(runtime) == {"logits_ptr", "grad_ptr", "losses_ptr", "grad_losses"}
+    assert runtime["logits_ptr"].device.type == "meta"
+    assert checkout.module.toy_forward_backward_kernel is launch.kernel  # restored after the call
+
+
+def test_provider_runs_the_wrapper_and_records_its_launches(two_checkouts):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 40, generator=gen)
+    labels = torch.tensor([1, -100, 3, 4, -100])
+    plan = providers.prepare(x, labels, loss="cross_entropy", target_format="labels", variant="fast_llm_b1b1b1b1",
+                             grad_output=2.0)
+    assert plan.variant == "fast_llm_b1b1b1b1" and plan.config["divisor"] == 3.0 and plan.launches == []
+    loss, grad = plan.run()
+    assert torch.allclose(loss, x.sum() / 3) and torch.allclose(grad, x * 2 / 3)
+    assert [launch.name for launch in plan.launches] == ["toy_forward_backward_kernel"]
+    assert plan.config["block_size"] == 64 and plan.config["num_warps"] == 4
+    assert plan.config["fast_llm_commit"] == "b1" * 20
+    plan.run()  # later runs call the wrapper directly
+    assert len(plan.launches) == 1
+    with pytest.raises(ValueError, match="negative"):
+        providers.prepare(x, labels, loss="cross_entropy", target_format="labels", variant="fast_llm", ignore_index=7)
+    with pytest.raises(ValueError, match="has no"):
+        providers.prepare(x, x, loss="forward_kl", target_format="logits", variant="fast_llm")
+
+
+def test_offline_compile_of_a_recorded_launch(two_checkouts, tmp_path):
+    """In a fresh process without the interpreter, as the offline stage runs (tl_arange is None there)."""
+    script = textwrap.dedent(f'''
+        from perfutils.measure import fast_llm
+        checkout = fast_llm.load({str(two_checkouts[0])!r})
+        assert checkout.module.tl_arange is None
+        (launch,) = fast_llm.capture_launches(checkout, loss="reverse_kl", target_format="logits", tokens=4096,
+                                              vocab=1000, num_warps=8)
+        result = launch.compile_offline(with_sass=False)
+        assert checkout.module.tl_arange is None
+        print(result.n_regs, result.num_warps, result.name)
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    n_regs, num_warps, name = done.stdout.split()[-3:]
+    assert int(n_regs) > 0 and num_warps == "8" and name == "toy_forward_backward_kernel"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# perfutils.measure.case_497
+# --------------------------------------------------------------------------------------------------------------
+
+NCU_SAMPLE = """\
+NVIDIA H100 80GB HBM3 torch 2.11.0+cu130 triton 3.6.0
+Version 2025.3.1.0 (build 36398880) (public-release)
+=== #497 kernel (Fast-LLM 27f4747e): fast_llm_27f4747e, reverse_kl logits, 4096 x 32768, bf16
+$ ncu --clock-control none ...
+==WARNING== Note: Running with unmodified GPU clocks.
+  triton_reverse_kl_forward_backward_kernel_from_distribution (4096, 1, 1)x(512, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    DRAM Frequency                  Ghz         2.62
+    Elapsed Cycles                cycle    9,012,345
+    DRAM Throughput                   %        91.50
+    Duration                         ms         4.61
+    SM Active Cycles              cycle 8,999,998.89
+    ----------------------- ----------- ------------
+    OPT   Memory is more heavily utilized than Compute: Look at the Memory Workload Analysis section to identify the
+          DRAM bottleneck.
+    Section: Memory Workload Analysis
+    -------------------------------------- ----------- ------------
+    Metric Name                            Metric Unit Metric Value
+    -------------------------------------- ----------- ------------
+    Local Memory Spilling Requests                      402,653,184
+    Local Memory Spilling Request Overhead           %      no data
+    L2 Hit Rate                                      %        12.10
+    -------------------------------------- ----------- ------------
+    Section: Occupancy
+    ------------------------------- ----------- ------------
+    Metric Name                     Metric Unit Metric Value
+    ------------------------------- ----------- ------------
+    Block Limit Registers                 block            4
+    Theoretical Occupancy                     %          100
+    Achieved Occupancy                        %        93.75
+    ------------------------------- ----------- ------------
+    Section: Command line profiler metrics
+    --------------------------------------------------------------------- ----------- ------------
+    Metric Name                                                           Metric Unit Metric Value
+    --------------------------------------------------------------------- ----------- ------------
+    dram__bytes_read.sum                                                        Gbyte         7.52
+    dram__bytes_write.sum                                                       Gbyte         6.01
+    l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum                                 Gbyte         7.00
+    smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio                         0.80
+    smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio                    11.20
+    smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio                42.00
+    smsp__average_warps_issue_stalled_selected_per_issue_active.ratio                        1.00
+    --------------------------------------------------------------------- ----------- ------------
+=== emulation: fused, 32K tile, 16 warps: fused, reverse_kl logits, 4096 x 32768, bf16
+  fused_loss_kernel (4096, 1, 1)x(512, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    DRAM Throughput                   %        40.25
+    Duration                         us       691.20
+    ----------------------- ----------- ------------
+    Section: Occupancy
+    ------------------------------- ----------- ------------
+    Metric Name                     Metric Unit Metric Value
+    ------------------------------- ----------- ------------
+    Achieved Occupancy                        %        24.80
+    ------------------------------- ----------- ------------
+"""
+
+
+def test_parse_ncu_text_reads_sections_and_metrics():
+    parsed = case_497.parse_ncu_text(NCU_SAMPLE)
+    first = parsed[parsed["launch"] == 0]
+    assert set(first["kernel"]) == {"triton_reverse_kl_forward_backward_kernel_from_distribution"}
+    assert first["label"].iloc[0].startswith("#497 kernel")
+    value = lambda metric: first.loc[first["metric"] == metric, "value"].iloc[0]  # noqa: E731
+    assert value("SM Active Cycles") == 8999998.89 and value("Elapsed Cycles") == 9012345.0
+    assert value("Local Memory Spilling Requests") == 402653184.0
+    assert value("Local Memory Spilling Request Overhead") == "no data"
+    assert value("dram__bytes_read.sum") == 7.52
+    assert first.loc[first["metric"] == "dram__bytes_read.sum", "unit"].iloc[0] == "Gbyte"
+    assert first.loc[first["metric"] == "DRAM Throughput", "section"].iloc[0] == "GPU Speed Of Light Throughput"
+    assert not parsed["metric"].str.contains("Memory is more heavily").any()  # rule text is skipped
+    assert set(parsed["launch"]) == {0, 1} and parsed[parsed["launch"] == 1]["label"].iloc[0].startswith("emulation")
+
+
+def test_ncu_summary_one_row_per_launch():
+    summary = case_497.ncu_summary(case_497.parse_ncu_text(NCU_SAMPLE))
+    assert len(summary) == 2
+    issue, ours = summary.iloc[0], summary.iloc[1]
+    assert issue["duration_us"] == pytest.approx(4610.0) and ours["duration_us"] == pytest.approx(691.2)
+    assert issue["dram_throughput_pct"] == 91.5 and issue["achieved_occupancy_pct"] == 93.75
+    assert issue["dram_read_bytes"] == pytest.approx(7.52e9) and issue["local_load_bytes"] == pytest.approx(7e9)
+    assert (issue["stall_1"], issue["stall_2"], issue["stall_3"]) == ("long_scoreboard", "lg_throttle", "barrier")
+    assert issue["stall_1_cycles"] == 42.0
+    assert pd.isna(ours["stall_1"]) and ours["achieved_occupancy_pct"] == 24.8
+
+
+def test_ncu_command_line():
+    argv = case_497.ncu_argv("ncu", "fused", "fused_loss_kernel", python="python3")
+    assert argv[:3] == ["ncu", "--clock-control", "none"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--section"] == list(case_497.NCU_SECTIONS)
+    assert argv[argv.index("-k") + 1] == "regex:fused_loss_kernel" and argv[argv.index("-c") + 1] == "1"
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    assert "dram__bytes_read.sum" in metrics and len(metrics) == len(case_497.NCU_METRICS)
+    assert argv[-7:] == ["python3", "-m", "perfutils.measure.case_497", "ncu-target", "fused", "--vocab", "32768"]
+
+
+def test_sass_counts():
+    sass = """
+        /*0010*/                   LDL.64 R2, [R1+0x10] ;
+        /*0020*/              @!P0 STL [R1+0x4], R5 ;
+        /*0030*/                   MUFU.EX2 R4, R4 ;
+        /*0040*/                   MUFU.RCP R6, R6 ;
+        /*0050*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0060*/                   FADD R1, R2, R3 ;
+    """
+    assert case_497.sass_counts(sass) == {"sass_ldl": 1, "sass_stl": 1, "sass_ex2": 1, "sass_rcp": 1, "sass_bar": 1,
+                                          "sass_instructions": 6}
+    assert case_497.sass_counts(None)["sass_ldl"] is None
+
+
+def test_case_lists(two_checkouts, capsys):
+    assert case_497.main(["cases"]) == 0
+    out = capsys.readouterr().out
+    assert "fast_llm_aaaaaaaa" in out and "fast_llm_b1b1b1b1" in out and "case497.step0" in out
+    variants = [case[0] for case in case_497.ABLATION_CASES]
+    assert variants[:7] == [f"case497.step{i}" for i in range(6)] + ["fused"]
+    assert all(block == 32768 for _, block, _ in case_497.ABLATION_CASES)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The real checkouts (FAST_LLM_PATH, Python >= 3.12)
+# --------------------------------------------------------------------------------------------------------------
+
+REAL = [Path(p) for p in fast_llm.checkout_paths() if (Path(p) / "fast_llm" / "functional" / "triton").is_dir()]
+if sys.version_info < (3, 12):
+    WHY_NOT_REAL = (f"Fast-LLM needs Python >= 3.12 (PEP 695 generics); this is Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor} (the GPU image has 3.12)")
+elif not REAL:
+    WHY_NOT_REAL = f"no Fast-LLM checkout: set {fast_llm.ENV_VAR} to folders holding fast_llm/ (e.g. .peers/fast_llm-<commit>)"
+else:
+    WHY_NOT_REAL = ""
+real = pytest.mark.skipif(bool(WHY_NOT_REAL), reason=WHY_NOT_REAL)
+
+
+@real
+@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+def test_real_checkout_launches(path):
+    checkout = fast_llm.load(path)
+    assert checkout.commit and checkout.supports("reverse_kl", "logits") and checkout.supports("cross_entropy", "labels")
+    (launch,) = fast_llm.capture_launches(checkout, loss="reverse_kl", target_format="logits", tokens=4096,
+                                          vocab=32768)
+    assert launch.name == "triton_reverse_kl_forward_backward_kernel_from_distribution" and launch.grid == (4096,)
+    runtime, constexprs = launch.split_arguments()
+    assert constexprs["n_cols"] == 32768 and constexprs["from_logits"] is True
+    if checkout.commit.startswith("27f4747e"):  # the #497 launch: 32K tile, 16 warps, Triton's default stages
+        assert launch.block_size == 32768 and launch.warp_choices == [16] and not launch.autotuned
+    else:  # after 46ffbdd1: 16K tile for distributions, warps autotuned over 8/16/32
+        assert launch.block_size == 16384 and launch.autotuned and launch.warp_choices == [8, 16, 32]
+    assert launch.num_stages == 3
