@@ -99,16 +99,11 @@ def candidates(problem: Problem, seed) -> list[tuple[str, int, int, dict]]:
 
 
 def _time_plan(plan, repeats: int) -> float:
+    """Median ms of ``plan.run`` as the benchmarks time it (triton.testing.do_bench: L2 flushed before each run)."""
+    import triton.testing
+
     plan.run()  # compiles; its result is discarded
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        start.record()
-        plan.run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return float(triton.testing.do_bench(plan.run, warmup=5, rep=max(10, 4 * repeats), return_mode="median"))
 
 
 def choose(problem: Problem, seed, planners: dict):

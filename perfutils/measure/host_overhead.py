@@ -70,13 +70,13 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     # (no "from __future__ import annotations" in this module: custom_op reads these annotations as types)
     @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())
     def custom_noop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return a
+        return a.new_empty(())  # an operator's output may not alias its input
 
     custom_noop.register_fake(lambda a, b: a.new_empty(a.shape))
     library = torch.library.Library("host_overhead_probe2", "DEF")
     library.define("noop(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? g, float go, bool cg, str loss, "
                    "str fmt, int ii, str variant, int? bs, int? nw, str options, bool validate) -> Tensor")
-    library.impl("noop", lambda *args: args[0], "CUDA")
+    library.impl("noop", lambda *args: args[0].new_empty(()), "CUDA")
     library_noop = torch.ops.host_overhead_probe2.noop.default
 
     class Identity(torch.autograd.Function):
@@ -90,8 +90,8 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
 
     leaf = x.clone().requires_grad_(True)
     rows += [
-        ("operator", "torch.library.custom_op call (returns its input)", lambda: custom_noop(x, t)),
-        ("operator", "torch.library.Library op call, 14 arguments (returns its input)",
+        ("operator", "torch.library.custom_op call (allocates a 0-d output)", lambda: custom_noop(x, t)),
+        ("operator", "torch.library.Library op call, 14 arguments (allocates a 0-d output)",
          lambda: library_noop(x, t, None, None, 1.0, True, "reverse_kl", "logits", -100, "auto", None, None, "", False)),
         ("operator", "autograd.Function.apply (identity)", lambda: Identity.apply(leaf)),
     ]
