@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Callable
 
+_KEEP_ALIVE: list = []
 LOSS_FORMATS = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
                 ("reverse_kl", "logits"))
 
@@ -77,6 +78,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     library.define("noop(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? g, float go, bool cg, str loss, "
                    "str fmt, int ii, str variant, int? bs, int? nw, str options, bool validate) -> Tensor")
     library.impl("noop", lambda *args: args[0].new_empty(()), "CUDA")
+    _KEEP_ALIVE.append(library)  # an operator lives as long as its Library object
     library_noop = torch.ops.host_overhead_probe2.noop.default
 
     class Identity(torch.autograd.Function):
