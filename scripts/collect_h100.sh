@@ -3,9 +3,15 @@
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
 #   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|
 #                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row|
-#                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.measure.case_497]
+#                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.measure.case_497]|
+#                           vocab-stages|vocab-<stage> [more stages]
 # The case-497 stages run Fast-LLM from the checkouts in FAST_LLM_PATH (see perfutils/measure/case_497.py), e.g.
 #   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-27f4747e:.peers/fast_llm-7d61a1ba scripts/collect_h100.sh case-497-measure
+# The vocab sweep (notebook 09: the public call, its autograd form, the kernel-only plan and the peers over 17
+# vocabularies) is cut into stages of a few minutes each; `vocab-stages` lists them (no GPU), `vocab-<stage>` runs
+# one (each stops starting rows after 7 minutes; run it again to resume). The peers stages run Fast-LLM HEAD from
+# FAST_LLM_PATH (left out with a message without it), e.g.
+#   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-7d61a1ba scripts/collect_h100.sh vocab-peers-4096-1
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"
@@ -92,5 +98,7 @@ PY
   case-497-measure) python3 -m perfutils.measure.case_497 measure --out data "$@" ;;  # case_497.csv, resumable
   case-497-ablation) python3 -m perfutils.measure.case_497 ablation --out data "$@" ;;  # case_497_ablation.csv, resumable
   case-497-ncu) python3 -m perfutils.measure.case_497 ncu --out data "$@" ;;  # logs/ncu_case_497_<date>.txt + case_497_ncu.csv
+  vocab-stages) python3 -m perfutils.measure.vocab_sweep stages ;;
+  vocab-*) python3 -m perfutils.measure.vocab_sweep run "${stage#vocab-}" "$@" --out data ;;  # vocab_sweep.csv, resumable
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -201,8 +201,9 @@ def fast_llm_offline_rows(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, los
 def _meta_inputs(tokens: int, vocab: int, dtype: str):
     import torch
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    x = torch.empty(tokens, vocab, dtype=torch_dtype, device="meta")
+    from .sweep_config import torch_dtype
+
+    x = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     return x, torch.empty_like(x)
 
 
@@ -274,22 +275,15 @@ def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwri
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _ceilings(out: str | Path) -> str | None:
-    import torch
-
-    from .schema import data_path
-
-    path = data_path(out, torch.cuda.get_device_name(), "ceilings")
-    return str(path) if path.exists() else None
-
-
 def measure_cases(study: str, cases, *, losses, vocabs, tokens: int = TOKENS, out: str = "data", checkouts=(),
                   log=print):
     """Run ``cases`` through the sweep harness (resumable) with the Fast-LLM commits in the sidecar."""
-    from .studies import run_cases
+    import torch
+
+    from .studies import recorded_ceilings, run_cases
 
     settings = {}
-    ceilings = _ceilings(out)
+    ceilings = recorded_ceilings(out, torch.cuda.get_device_name())
     if ceilings:
         settings["ceilings"] = ceilings  # the copy bandwidth of the other studies on this GPU
     return run_cases(study, cases, losses=list(losses), vocabs=list(vocabs), tokens=[tokens], out=out, log=log,

@@ -418,12 +418,13 @@ def capture_launches(fast_llm: FastLLM, *, loss: str, target_format: str, tokens
     """The launches Fast-LLM's wrapper makes for a shape, on meta tensors: nothing is allocated or launched."""
     import torch
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    logits = torch.empty(tokens, vocab, dtype=torch_dtype, device="meta")
+    from .sweep_config import torch_dtype
+
+    logits = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     if target_format == "labels":
         target = torch.empty(tokens, dtype=torch.int64, device="meta")
     else:
-        target = torch.empty(tokens, vocab, dtype=torch_dtype, device="meta")
+        target = torch.empty_like(logits)
     with _recording(fast_llm, launch=False) as sink:
         fast_llm.call(logits, target, loss=loss, target_format=target_format, grad_output=grad_output,
                       divisor=float(tokens), block_size=block_size, num_warps=num_warps)

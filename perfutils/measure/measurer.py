@@ -12,7 +12,8 @@ latency hiding in these memory-bound kernels. Every pass is listed in the ``pass
 and ``limiting_pass`` names the chosen one.
 
 Extra columns written by the GPU measurer: compile_ms, peak_mem_bytes, loss_rel_err, grad_rel_err,
-n_launches, limiting_pass, passes, plan_config, inputs_modified, stats_error.
+n_launches, limiting_pass, passes, plan_config, inputs_modified, stats_error; and whatever a study's ``extra``
+function measures on the same plan (e.g. host cost and syncs per call: :mod:`perfutils.measure.host_cost`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from .schema import error_text
-from .sweep_config import DTYPE_BYTES, IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs
+from .sweep_config import DTYPE_BYTES, IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs, torch_dtype
 
 __all__ = ["GpuMeasurer", "TimingBackend", "read_copy_gbps", "kernels_reference_rows", "print_now"]
 
@@ -133,7 +134,9 @@ class GpuMeasurer:
     Injectable parts (tests run it on a CPU with fakes): ``prepare`` (default
     ``kernels.prepare``), ``reference`` (per-row float64 losses, default
     :func:`kernels_reference_rows`), ``backend`` (:class:`TimingBackend`), ``cost`` (bytes_min,
-    default ``perfutils.model.roofline.loss_cost(...).bytes``), ``device``, ``copy_gbps``.
+    default ``perfutils.model.roofline.loss_cost(...).bytes``), ``device``, ``copy_gbps``, and ``extra``:
+    ``extra(point, plan) -> dict`` of more columns, called after the timing with the plan that was timed (its
+    keys must not replace the measured ones).
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class GpuMeasurer:
         cost: Callable[..., int] | None = None,
         copy_gbps: float | None = None,
         log: Callable[[str], Any] = print_now,
+        extra: Callable[[SweepPoint, Any], Mapping[str, Any]] | None = None,
     ) -> None:
         import torch
 
@@ -170,6 +174,9 @@ class GpuMeasurer:
         self.reference = reference or kernels_reference_rows
         self.backend = backend or TimingBackend.cuda()
         self.cost = cost or _roofline_bytes
+        if extra is not None and not callable(extra):
+            raise TypeError(f"GpuMeasurer: extra must be a callable (point, plan) -> dict, got {type(extra).__name__}")
+        self.extra = extra
         self.cc = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
         self._inputs: _Inputs | None = None
         self._references: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -262,7 +269,7 @@ class GpuMeasurer:
             current = self._make_logits(point, shape_key)
             self._inputs = current
         generator = self._generator(shape_key, f"target:{point.target_format}")  # never the logits stream
-        dtype = _torch_dtype(point.dtype)
+        dtype = torch_dtype(point.dtype)
         if point.target_format == "labels":
             labels = torch.randint(0, point.vocab, (point.tokens,), generator=generator, device=self.device)
             ignored = torch.rand(point.tokens, generator=generator, device=self.device) < self.spec.ignore_fraction
@@ -285,7 +292,7 @@ class GpuMeasurer:
         import torch
 
         generator = self._generator(shape_key, "logits")
-        logits = torch.randn(point.tokens, point.vocab, generator=generator, device=self.device, dtype=_torch_dtype(point.dtype))
+        logits = torch.randn(point.tokens, point.vocab, generator=generator, device=self.device, dtype=torch_dtype(point.dtype))
         logits.mul_(self.spec.logit_scale)
         n_check = min(self.spec.check_rows, point.tokens)
         rows_gen = torch.Generator().manual_seed(self.spec.seed)
@@ -327,6 +334,7 @@ class GpuMeasurer:
         if peak is not None:  # buffers a plan allocated up front (gradient, workspaces) count too
             peak += int(getattr(plan, "buffer_bytes", 0) or 0)
         stats = self._launch_stats(plan)
+        more = dict(self.extra(point, plan)) if self.extra is not None else {}
         modified = not torch.equal(inputs.logits[inputs.rows], inputs.logits_rows) or not torch.equal(
             inputs.targets[point.target_format][inputs.rows], inputs.target_rows[point.target_format]
         )
@@ -339,7 +347,7 @@ class GpuMeasurer:
         errors = [e for e in (loss_err, grad_err) if e is not None]
         max_err = max(errors)
         status = "ok" if max_err <= TOLERANCE[point.dtype] else "wrong"  # NaN/inf errors are inf: wrong
-        return {
+        row = {
             "ms_median": ms,
             "ms_p20": float(timing.ms_p20),
             "ms_p80": float(timing.ms_p80),
@@ -357,6 +365,10 @@ class GpuMeasurer:
             "plan_config": getattr(plan, "config", None) or None,
             "inputs_modified": modified,
         }
+        clash = sorted(set(more) & set(row))
+        if clash:
+            raise ValueError(f"GpuMeasurer: extra columns {clash} would replace measured ones")
+        return {**row, **more}
 
     def _errors(self, point: SweepPoint, inputs: _Inputs, reference: Mapping[str, Any], loss: Any, grad: Any) -> tuple[float, float | None]:
         import torch
@@ -421,12 +433,6 @@ class GpuMeasurer:
             "passes": passes,
             "stats_error": "; ".join(problems) or None,
         }
-
-
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
 def _roofline_bytes(loss: str, target_format: str, tokens: int, vocab: int, dtype_bytes: int) -> int:

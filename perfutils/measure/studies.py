@@ -2,7 +2,7 @@
 
 A case is ``(variant, block_size, num_warps)``; a variant is one of the project's (``fused``,
 ``two_pass``, ``split_row``, ``auto``) or a baseline from :mod:`perfutils.measure.providers` (``eager``,
-``torch_compile``, ``liger``). ``TUNED`` as block size and warps runs the variant at its best recorded
+``torch_compile``, ``liger``, ``quack``, ``public``...). ``TUNED`` as block size and warps runs the variant at its best recorded
 configuration for the shape (the GPU's ``tuning.csv``; nearest recorded vocab at 4096 tokens).
 ``split_row`` and ``auto`` with no configuration take theirs from the same table. Every case runs through the sweep harness, so its rows have the same
 schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
@@ -82,6 +82,15 @@ def _known_with_providers() -> KnownNames:
     return KnownNames(known.loss_target_formats, None, known.block_size_range)
 
 
+def recorded_ceilings(out: str, gpu_name: str) -> str | None:
+    """The ceilings file recorded for this GPU under ``out`` (its copy bandwidth makes % of copy comparable across
+    studies), or None: then a study measures the copy bandwidth when it starts."""
+    from .schema import data_path
+
+    path = data_path(out, gpu_name, "ceilings")
+    return str(path) if path.exists() else None
+
+
 def run_cases(
     study: str,
     cases: Iterable[tuple[str, int | None, int | None]],
@@ -91,46 +100,70 @@ def run_cases(
     tokens: list[int] = (4096,),
     dtype: str = "bf16",
     out: str = "data",
-    skip_liger_if_missing: bool = True,
+    skip_missing: bool = True,
     log=print,
     parameters: dict[str, Any] | None = None,
     measurer: Any = None,
+    extra: Any = None,
+    deadline: float | None = None,
+    keep: Any = None,
     **settings: Any,
 ):
-    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``.
+    """Measure every case at every (loss, vocab, tokens); rows go to ``<out>/<gpu>/<study>.csv``, one session in
+    its sidecar per call. Returns the study's records (None when nothing ran).
 
-    ``parameters``: more for the sidecar's parameters (e.g. the commits of peer checkouts); ``measurer``: a
-    measure(point) callable with ``copy_gbps`` to use instead of a GpuMeasurer (dry runs on a CPU)."""
+    A provider that cannot run here (a package not installed, no Fast-LLM checkout: ``providers.unavailable``) is
+    left out with a line saying why (``skip_missing=False``: its cases become error rows), and so are the losses a
+    provider does not compute (``providers.supports``). ``parameters``: more for the sidecar's parameters (e.g. the
+    commits of peer checkouts); ``measurer``: a measure(point) callable with ``copy_gbps`` to use instead of a
+    GpuMeasurer (dry runs on a CPU); ``extra``: the GpuMeasurer's ``extra`` columns; ``deadline``: a
+    ``time.monotonic()`` value after which no configuration starts (the call returns; the same call again resumes);
+    ``keep(tokens, vocab, loss, target_format, variant) -> bool``: which configurations of the product to run."""
+    import time
+
     from .metadata import collect_metadata
+    from .schema import data_path
+    from .store import ResultStore
 
     known = _known_with_providers()
-    cases = [c for c in cases if not (c[0] == "liger" and skip_liger_if_missing and not providers.liger_available())]
-    metadata = None
-    frames = []
-    # Shapes outermost: the measurer keeps one shape's inputs and float64 reference at a time.
-    for n_tokens, vocab, (loss, target_format) in itertools.product(tokens, vocabs, losses):
-        for variant, block_size, num_warps in cases:
-            if variant == "liger" and target_format != "labels":
-                continue
-            if TUNED in (block_size, num_warps):
-                import torch
+    cases = list(cases)
+    if skip_missing:
+        for variant in dict.fromkeys(case[0] for case in cases):
+            reason = providers.unavailable(variant)
+            if reason:
+                log(f"{study}: leaving out {variant}: {reason}")
+                cases = [case for case in cases if case[0] != variant]
+    todo = [(n_tokens, vocab, loss, target_format, case)
+            # Shapes outermost: the measurer keeps one shape's inputs and float64 reference at a time.
+            for n_tokens, vocab, (loss, target_format) in itertools.product(tokens, vocabs, losses)
+            for case in cases if providers.supports(case[0], loss, target_format)
+            and (keep is None or keep(n_tokens, vocab, loss, target_format, case[0]))]
+    metadata = store = None
+    for index, (n_tokens, vocab, loss, target_format, (variant, block_size, num_warps)) in enumerate(todo):
+        if deadline is not None and time.monotonic() > deadline:
+            log(f"{study}: time budget reached with {len(todo) - index} configurations not started; run the same "
+                "command again to resume")
+            break
+        if TUNED in (block_size, num_warps):
+            import torch
 
-                block_size, num_warps = tuned_config(out, torch.cuda.get_device_name(), loss, target_format, dtype,
-                                                     vocab, variant)
-            config = dict(
-                study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
-                tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,
+            block_size, num_warps = tuned_config(out, torch.cuda.get_device_name(), loss, target_format, dtype,
+                                                 vocab, variant)
+        config = dict(
+            study=study, out=out, loss=loss, target_format=target_format, variant=variant, dtype=dtype,
+            tokens=n_tokens, vocab=vocab, block_size=block_size, num_warps=num_warps, **settings,
+        )
+        spec = load_config(config, known=known)
+        if metadata is None:
+            measurer = measurer or GpuMeasurer(spec, prepare=providers.prepare, log=log, extra=extra)
+            metadata = collect_metadata(
+                dict(study=study, cases=cases, losses=list(losses), vocab=list(vocabs), tokens=list(tokens),
+                     dtype=dtype, **settings, **(parameters or {})),
+                measurer.copy_gbps,
             )
-            spec = load_config(config, known=known)
-            if metadata is None:
-                measurer = measurer or GpuMeasurer(spec, prepare=providers.prepare, log=log)
-                metadata = collect_metadata(
-                    dict(study=study, cases=cases, losses=list(losses), vocab=list(vocabs), tokens=list(tokens),
-                         dtype=dtype, **settings, **(parameters or {})),
-                    measurer.copy_gbps,
-                )
-            frames.append(run_sweep(spec, measure=measurer, metadata=metadata, log=log))
-    return frames[-1] if frames else None
+            store = ResultStore(data_path(out, metadata.get("gpu_name"), study), metadata)
+        run_sweep(spec, store, measure=measurer, log=log)
+    return store.load() if store is not None and store.exists() else None
 
 
 def main(argv=None) -> int:

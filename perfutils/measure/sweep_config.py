@@ -43,6 +43,7 @@ from .schema import CONFIG_COLUMNS, config_key
 __all__ = [
     "DTYPES",
     "DTYPE_BYTES",
+    "torch_dtype",
     "TOLERANCE",
     "IGNORE_INDEX",
     "SweepSpec",
@@ -63,6 +64,16 @@ _DTYPE_ALIASES = {
 }  # fmt: skip
 DTYPES = ("bf16", "fp16", "fp32")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a canonical dtype name (``bf16``, ``fp16``, ``fp32``)."""
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {list(DTYPES)}")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
 # Relative error allowed against the float64 reference (GUIDE: bf16/fp16 1e-2, fp32 1e-5).
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
 IGNORE_INDEX = -100  # label of rows that take no part in the loss (PyTorch's default)

@@ -2,5 +2,6 @@
 
 ``figures`` (deterministic SVG/PNG files, captions), ``sweeps`` (notebooks 01-02: bandwidth vs occupancy,
 heatmaps, the case study), ``roofline`` (03), ``occupancy`` (04), ``registers`` (05), ``teaching`` (06-07),
-``profiling`` (08), ``summary`` (the README's Markdown results: ``python -m perfutils.plots.summary``).
+``profiling`` (08), ``vocab_sweep`` (09), ``summary`` (the README's Markdown results:
+``python -m perfutils.plots.summary``).
 """

@@ -1,6 +1,7 @@
 """Markdown tables of the recorded results (the README's numbers come from here).
 
-    python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]
+    python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]                # benchmark.csv's table
+    python -m perfutils.plots.summary --vocab-sweep [--gpu-dir data/h100-sxm-80gb]  # vocab_sweep.csv's table
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from ..measure.records import load_metadata, load_records
 from .sweeps import best_per_group
@@ -62,11 +65,101 @@ def ratio_line(best) -> str:
     return f"Worst ratios over {parts[0]}: " + "; ".join(parts[1:]) + "."
 
 
+# The README's rows of the vocab sweep: Llama 2 / Mistral, GPT-2, Llama 3, Qwen 2, Gemma 3 vocabularies.
+README_VOCABS = (32000, 50257, 128256, 151936, 262144)
+_PEER_COLUMNS = (("torch_compile", "torch.compile"), ("fast_llm", "Fast-LLM"), ("liger", "liger"))
+
+
+def _ms(value) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.3f}"
+
+
+def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vocabs=README_VOCABS) -> str:
+    """The README's results: per loss x vocab at ``tokens``, the peers' and the project's ms (public call and its
+    kernel-only plan), and of the public call % of copy, host µs and syncs per call; then where the data comes from
+    and the grid's worst cells (:func:`vocab_sweep_lines`)."""
+    from .vocab_sweep import cell_table
+
+    path = gpu_dir / "vocab_sweep.csv"
+    df = load_records(path)
+    meta = load_metadata(path)
+    table = cell_table(df, tokens=tokens, dtype=dtype, vocabs=vocabs)
+    lines = ["| loss × vocab | torch.compile | Fast-LLM | liger | public call | plan (kernel-only) | % of copy | host µs "
+             "| syncs |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in table.itertuples(index=False):
+        cells = [_ms(getattr(row, provider, None)) for provider, _ in _PEER_COLUMNS]
+        cells += [_ms(getattr(row, "public", None)), _ms(getattr(row, "plan", None))]
+        pct, host, syncs = row.public_pct_of_copy, row.public_host_us_per_call, row.public_syncs_per_call
+        cells += ["-" if pd.isna(pct) else f"{pct:.0f}%", "-" if pd.isna(host) else f"{host:.0f}",
+                  "-" if pd.isna(syncs) else f"{int(syncs)}"]
+        lines.append(f"| {row.loss_label} {row.vocab} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + "\n\n".join(vocab_sweep_lines(df, meta, gpu_dir, tokens, dtype))
+
+
+def _dates(meta: dict) -> str:
+    stamps = [str(s.get("timestamp_utc") or "")[:10] for s in [meta, *meta.get("sessions", [])]]
+    stamps = sorted(s for s in stamps if s)
+    return stamps[0] if stamps and stamps[0] == stamps[-1] else (f"{stamps[0]} to {stamps[-1]}" if stamps else "?")
+
+
+def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16") -> list[str]:
+    """The source line, the worst cells of the whole grid, and the quoted quack figures beside the public call."""
+    import json
+
+    from .vocab_sweep import worst_cells
+
+    copy = meta.get("copy_gbps")
+    fast_llm = sorted({json.loads(c).get("fast_llm_commit") for c in df.loc[df["variant"] == "fast_llm", "plan_config"]
+                       .dropna()} - {None}) if "plan_config" in df else []
+    source = (f"ms, median of CUDA-event timings (do_bench, L2 flushed), {tokens} tokens, {dtype}, fwd+bwd; "
+              f"{meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}"
+              + (f", Fast-LLM {', '.join(c[:8] for c in fast_llm)}" if fast_llm else "")
+              + (f", copy bandwidth {copy:.0f} GB/s" if copy else "")
+              + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
+              "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
+    lines = [source]
+    worst = worst_cells(df, dtype=dtype)
+    if "vs_peer" in worst:
+        cell = worst["vs_peer"]
+        lines.append(f"Worst cell against the peers ({cell['cells']} cells with a peer measured, {dtype}): "
+                     f"{cell['loss_label']} {cell['tokens']} × {cell['vocab']}: public call {cell['ms']:.3f} ms, "
+                     f"{cell['ratio']:.2f}× the best peer ({cell['peer']}, {cell['peer_ms']:.3f} ms), "
+                     f"{cell['pct_of_copy']:.0f}% of copy.")
+    low = worst["lowest_pct"]
+    lines.append(f"Lowest % of copy of the public call over the grid ({worst['cells']} cells, {dtype}): "
+                 f"{low['loss_label']} {low['tokens']} × {low['vocab']}, {low['pct_of_copy']:.0f}% "
+                 f"({low['ms']:.3f} ms).")
+    quack = quack_line(df, gpu_dir, dtype)
+    if quack:
+        lines.append(quack)
+    return lines
+
+
+def quack_line(df, gpu_dir: Path, dtype: str = "bf16") -> str | None:
+    """The quoted quack figures (``quack_reference.csv``, same GPU model only) beside the public call's."""
+    path = gpu_dir / "quack_reference.csv"
+    if not path.exists() or dtype != "bf16":
+        return None
+    reference = pd.read_csv(path)
+    meta = load_metadata(path)
+    ok = df[(df["status"] == "ok") & (df["variant"] == "public") & (df["dtype"] == dtype)
+            & (df["loss"] == "cross_entropy") & (df["target_format"] == "labels")]
+    if reference.empty or set(ok["gpu_name"]) != {meta.get("gpu_name")}:
+        return None
+    ours = ok.set_index(["tokens", "vocab"])["ms_median"]
+    parts = [f"{r.tokens}×{r.vocab} {r.ms_median:.3f} vs {ours.get((r.tokens, r.vocab), float('nan')):.3f}"
+             for r in reference.itertuples()]
+    return (f"quack-kernels, labels cross-entropy, quoted from the issue (ms, quack vs our public call; measured by "
+            f"the project owner on {meta.get('gpu_name')} on {meta.get('measured')}, not here; "
+            f"data/{gpu_dir.name}/quack_reference.csv): " + "; ".join(parts) + ".")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.plots.summary")
     parser.add_argument("--gpu-dir", type=Path, default=Path("data/h100-sxm-80gb"))
+    parser.add_argument("--vocab-sweep", action="store_true", help="the vocab sweep's table (vocab_sweep.csv)")
     args = parser.parse_args(argv)
-    print(benchmark_table(args.gpu_dir))
+    print(vocab_sweep_table(args.gpu_dir) if args.vocab_sweep else benchmark_table(args.gpu_dir))
     return 0
 
 

@@ -1,0 +1,143 @@
+"""What a call costs the host, and how often it waits for the GPU: the columns a study adds beside the GPU time.
+
+* ``host_us_per_call``: wall-clock microseconds per call on a tiny problem of the same loss, dtype and vocab
+  (:data:`HOST_ROWS` rows): after a warm-up, ``calls`` calls back to back with no synchronization, then one
+  ``torch.cuda.synchronize()``; the median over ``repeats`` such batches (``host_us_min``: the fastest batch).
+  On 8 rows the GPU work is a few microseconds, so this is the host's time per call (Python, argument checks,
+  launches) unless a provider launches so many kernels that the GPU becomes the bottleneck, which it then
+  measures. It does not depend on the token count, so a process measures it once per (provider, loss,
+  dtype, vocab) and every row of that combination records the same value.
+* ``syncs_per_call``: device-to-host synchronizations during one repeated call at the measured shape, counted
+  as the warnings PyTorch emits under ``torch.cuda.set_sync_debug_mode("warn")`` (``.item()``, blocking copies,
+  ``nonzero``... anything PyTorch synchronizes for; a raw ``cudaDeviceSynchronize`` from a C extension is not
+  seen). The previous mode is restored.
+
+:class:`CallCosts` is the measurer's ``extra`` (see :class:`perfutils.measure.measurer.GpuMeasurer`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from .providers import KERNEL_ONLY
+
+__all__ = ["HOST_ROWS", "SYNC_WARNING", "CallCosts", "count_syncs", "time_host_calls", "tiny_inputs"]
+
+HOST_ROWS = 8
+SYNC_WARNING = "synchronizing"  # PyTorch's message: "called a synchronizing CUDA operation"
+
+
+def time_host_calls(run: Callable[[], Any], sync: Callable[[], Any], *, calls: int = 100, repeats: int = 5,
+                    warmup: int = 10, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Microseconds per call of ``calls`` back-to-back ``run()`` s followed by one ``sync()``, for each of
+    ``repeats`` batches, after ``warmup`` runs and a sync (first calls compile, search, allocate)."""
+    for name, value in (("calls", calls), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"time_host_calls: {name} must be a positive int, got {value!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"time_host_calls: warmup must be a non-negative int, got {warmup!r}")
+    for _ in range(warmup):
+        run()
+    sync()
+    per_call = []
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(calls):
+            run()
+        sync()
+        per_call.append((clock() - start) / calls * 1e6)
+    return per_call
+
+
+def count_syncs(run: Callable[[], Any]) -> int:
+    """Synchronizations PyTorch reports during one ``run()`` (CUDA only; see the module docstring)."""
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    result = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            result = run()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    del result
+    return sum(SYNC_WARNING in str(warning.message).lower() for warning in caught)
+
+
+def tiny_inputs(loss: str, target_format: str, dtype: Any, vocab: int, *, rows: int = HOST_ROWS, device: Any = "cuda",
+                seed: int = 0, ignore_index: int = -100) -> tuple[Any, Any]:
+    """(logits, target) of ``rows`` random rows (labels in [0, vocab), one row ignored when rows > 1)."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=generator, device=device).mul_(2).to(dtype)
+    if target_format == "labels":
+        target = torch.randint(0, vocab, (rows,), generator=generator, device=device)
+        if rows > 1:
+            target[-1] = ignore_index
+    else:
+        target = torch.randn(rows, vocab, generator=generator, device=device).mul_(2).to(dtype)
+    return logits, target
+
+
+def _cuda_sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+class CallCosts:
+    """``extra(point, plan)`` for :class:`~perfutils.measure.measurer.GpuMeasurer`: ``syncs_per_call`` of the
+    timed plan, ``host_us_per_call`` / ``host_us_min`` of the same provider on a tiny problem (measured once per
+    process and (provider, loss, target format, dtype, vocab)), the settings used, and ``kernel_only``.
+
+    ``prepare`` builds the tiny problem's plan (default :func:`perfutils.measure.providers.prepare`); ``sync`` and
+    ``count`` default to CUDA's synchronize and :func:`count_syncs` on a CUDA device, and to a no-op and "not
+    counted" (None) elsewhere (tests pass fakes)."""
+
+    def __init__(self, prepare: Callable[..., Any] | None = None, *, device: str = "cuda", rows: int = HOST_ROWS,
+                 calls: int = 100, repeats: int = 5, warmup: int = 10, sync: Callable[[], Any] | None = None,
+                 count: Callable[[Callable[[], Any]], int | None] | None = None) -> None:
+        if prepare is None:
+            from .providers import prepare
+        self.prepare = prepare
+        self.device = device
+        self.rows, self.calls, self.repeats, self.warmup = rows, calls, repeats, warmup
+        cuda = str(device).startswith("cuda")
+        self.sync = sync or (_cuda_sync if cuda else (lambda: None))
+        self.count = count or (count_syncs if cuda else (lambda run: None))
+        self._host: dict[tuple, tuple[float, float]] = {}
+
+    def host_us(self, variant: str, loss: str, target_format: str, dtype: str, vocab: int) -> tuple[float, float]:
+        """(median, fastest) microseconds per call of ``variant`` on the tiny problem."""
+        key = (variant, loss, target_format, dtype, vocab)
+        if key not in self._host:
+            from .sweep_config import torch_dtype
+
+            logits, target = tiny_inputs(loss, target_format, torch_dtype(dtype), vocab, rows=self.rows,
+                                         device=self.device)
+            plan = self.prepare(logits, target, loss=loss, target_format=target_format, variant=variant,
+                                block_size=None, num_warps=None)
+            times = time_host_calls(plan.run, self.sync, calls=self.calls, repeats=self.repeats, warmup=self.warmup)
+            self._host[key] = (statistics.median(times), min(times))
+            del plan, logits, target
+        return self._host[key]
+
+    def __call__(self, point: Any, plan: Any) -> dict[str, Any]:
+        syncs = self.count(plan.run)
+        median, fastest = self.host_us(point.variant, point.loss, point.target_format, point.dtype, point.vocab)
+        return {
+            "syncs_per_call": syncs,
+            "host_us_per_call": median,
+            "host_us_min": fastest,
+            "host_rows": self.rows,
+            "host_calls": self.calls,
+            "host_repeats": self.repeats,
+            "kernel_only": point.variant in KERNEL_ONLY,
+        }

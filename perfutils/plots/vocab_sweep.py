@@ -1,0 +1,273 @@
+"""Figures and tables of notebook 09 (what users call, over the vocabularies models ship with).
+
+Functions of the frame :mod:`perfutils.measure.vocab_sweep` records (``vocab_sweep.csv``): :func:`plot_pct_of_copy`
+(% of copy bandwidth against the vocabulary, one panel per loss and token count, the project's public call, its
+autograd form and its kernel-only plan beside the peers: a cliff shows as a drop of one line),
+:func:`plot_host_cost` (host microseconds per call and synchronizations per call, per provider) and the tables
+:func:`cell_table` (one row per loss x vocab) and :func:`worst_cells` (the grid's worst cells). Quoted reference
+figures (quack: ``quack_reference.csv``) are drawn as hollow markers and never mixed into measured rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from .figures import check_frame, figure_context
+
+__all__ = ["PROVIDER_LABELS", "PROVIDER_ORDER", "PEERS", "auto_choices", "cell_table", "host_cost_table", "loss_label",
+           "measured", "plot_host_cost", "plot_pct_of_copy", "vocab_tick", "worst_cells"]
+
+PROVIDER_ORDER = ("public", "public_autograd", "plan", "torch_compile", "fast_llm", "liger", "quack")
+PROVIDER_LABELS = {
+    "public": "public call (ours)",
+    "public_autograd": "autograd: entropy_loss + backward (ours)",
+    "plan": "plan, kernel-only (ours)",
+    "torch_compile": "torch.compile",
+    "fast_llm": "Fast-LLM",
+    "liger": "Liger-Kernel",
+    "quack": "quack",
+}
+PEERS = ("torch_compile", "fast_llm", "liger", "quack")
+LOSS_ORDER = ("cross_entropy (labels)", "cross_entropy (logits)", "forward_kl", "reverse_kl")
+_STYLE = {  # color, line style, marker
+    "public": ("#1f4e9c", "-", "o"),
+    "public_autograd": ("#5b8fd9", "-", "^"),
+    "plan": ("#8c8c8c", ":", "."),
+    "torch_compile": ("#d1495b", "--", "s"),
+    "fast_llm": ("#2e933c", "--", "D"),
+    "liger": ("#edae49", "--", "v"),
+    "quack": ("#7b2d8b", "--", "P"),
+}
+_NEEDED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "ms_median", "pct_of_copy", "status",
+           "gpu_name")
+
+
+def loss_label(loss: str, target_format: str) -> str:
+    return f"{loss} ({target_format})" if loss == "cross_entropy" else loss
+
+
+def vocab_tick(vocab: float) -> str:
+    """32768 -> '32K', 151936 -> '148.4K': binary thousands, one decimal when not whole."""
+    kilo = vocab / 1024
+    return f"{kilo:.0f}K" if abs(kilo - round(kilo)) < 0.05 else f"{kilo:.1f}K"
+
+
+def measured(df: pd.DataFrame, *, dtype: str | None = "bf16") -> pd.DataFrame:
+    """The ok rows (of ``dtype``), with ``loss_label`` and ``provider`` (the variant) columns."""
+    check_frame(df, _NEEDED, "vocab sweep")
+    rows = df[df["status"] == "ok"]
+    if dtype is not None:
+        rows = rows[rows["dtype"] == dtype]
+    if rows.empty:
+        raise ValueError(f"no ok rows{f' of dtype {dtype}' if dtype else ''} to show")
+    rows = rows.copy()
+    rows["loss_label"] = [loss_label(l, f) for l, f in zip(rows["loss"], rows["target_format"])]
+    rows["provider"] = rows["variant"]
+    return rows
+
+
+def _providers(rows: pd.DataFrame) -> list[str]:
+    present = set(rows["provider"])
+    return [p for p in PROVIDER_ORDER if p in present] + sorted(present - set(PROVIDER_ORDER))
+
+
+def _quoted_pct(reference: pd.DataFrame | None, gpu: str, copy_gbps: float | None) -> pd.DataFrame | None:
+    """Quoted rows on this figure's GPU, with % of this data's copy bandwidth (None when they do not apply)."""
+    if reference is None or reference.empty or not copy_gbps:
+        return None
+    check_frame(reference, ("tokens", "vocab", "gbps", "gpu_name", "loss", "target_format"), "reference")
+    same = reference[reference["gpu_name"] == gpu].copy()
+    if same.empty:
+        return None
+    same["pct_of_copy"] = 100.0 * same["gbps"] / copy_gbps
+    same["loss_label"] = [loss_label(l, f) for l, f in zip(same["loss"], same["target_format"])]
+    return same
+
+
+def plot_pct_of_copy(df: pd.DataFrame, *, dtype: str = "bf16", reference: pd.DataFrame | None = None,
+                     title: str = ""):
+    """% of measured copy bandwidth against vocab: a panel per (tokens, loss), a line per provider (small ticks
+    on the log-scaled vocab axis: every measured vocab).
+
+    ``reference``: quoted figures (``quack_reference.csv``) drawn as hollow stars where their GPU is the data's, as
+    % of the data's copy bandwidth. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    rows = measured(df, dtype=dtype)
+    text, copy_gbps = figure_context(df)
+    tokens = sorted(rows["tokens"].unique())
+    losses = [l for l in LOSS_ORDER if l in set(rows["loss_label"])]
+    providers = _providers(rows)
+    quoted = _quoted_pct(reference, rows["gpu_name"].iloc[0], copy_gbps)
+    fig, axes = plt.subplots(len(tokens), len(losses), figsize=(3.6 * len(losses), 2.6 * len(tokens) + 1.2),
+                             squeeze=False, sharex=True, sharey=True, layout="constrained")
+    vocabs = sorted(rows["vocab"].unique())
+    for i, n_tokens in enumerate(tokens):
+        for j, label in enumerate(losses):
+            ax = axes[i][j]
+            panel = rows[(rows["tokens"] == n_tokens) & (rows["loss_label"] == label)]
+            for provider in providers:
+                line = panel[panel["provider"] == provider].sort_values("vocab")
+                if line.empty:
+                    continue
+                color, style, marker = _STYLE.get(provider, ("black", "-", "x"))
+                ax.plot(line["vocab"], line["pct_of_copy"], linestyle=style, marker=marker, color=color,
+                        markersize=3.5, linewidth=1.2)
+            if quoted is not None:
+                here = quoted[(quoted["tokens"] == n_tokens) & (quoted["loss_label"] == label)]
+                ax.scatter(here["vocab"], here["pct_of_copy"], marker="*", s=70, facecolors="none",
+                           edgecolors=_STYLE["quack"][0], linewidths=1.0, zorder=5)
+            ax.axhline(100, color="grey", linestyle="--", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([v for v in (32768, 65536, 131072, 262144) if vocabs[0] / 1.5 <= v <= vocabs[-1] * 1.5])
+            ax.set_xticks(vocabs, minor=True)
+            ax.set_xticklabels([vocab_tick(v) for v in ax.get_xticks()])
+            ax.set_xticklabels([], minor=True)
+            ax.set_ylim(0, max(110.0, float(rows["pct_of_copy"].max()) + 5))
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{label}, {n_tokens} tokens", fontsize=8.5)
+            if j == 0:
+                ax.set_ylabel("% of copy bandwidth")
+            if i == len(tokens) - 1:
+                ax.set_xlabel("vocab (log scale)", fontsize=8.5)
+    handles = [Line2D([], [], color=_STYLE.get(p, ("black",))[0], linestyle=_STYLE.get(p, ("", "-"))[1],
+                      marker=_STYLE.get(p, ("", "", "x"))[2], label=PROVIDER_LABELS.get(p, p)) for p in providers]
+    if quoted is not None:
+        handles.append(Line2D([], [], marker="*", linestyle="", markerfacecolor="none", markersize=9,
+                              color=_STYLE["quack"][0],
+                              label=f"quack, quoted ({quoted['gpu_name'].iloc[0]}, {quoted['measured'].iloc[0]}; "
+                              "not measured here)" if "measured" in quoted else "quack, quoted (not measured here)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=7.5)
+    headline = title or (f"fwd+bwd, {dtype}: % of measured copy bandwidth ({copy_gbps:.0f} GB/s)" if copy_gbps
+                         else f"fwd+bwd, {dtype}: % of measured copy bandwidth")
+    fig.suptitle(f"{headline} · {text}", fontsize=9.5)
+    return fig
+
+
+def host_cost_table(df: pd.DataFrame, *, dtype: str = "bf16") -> pd.DataFrame:
+    """Per provider and loss: host µs per call (median, min and max over the vocabularies) and syncs per call
+    (the most seen at any shape)."""
+    rows = measured(df, dtype=dtype)
+    check_frame(rows, ("host_us_per_call", "syncs_per_call"), "vocab sweep (host cost columns)")
+    rows = rows.dropna(subset=["host_us_per_call"])
+    if rows.empty:
+        raise ValueError("no row with host_us_per_call")
+    host = rows.drop_duplicates(["provider", "loss_label", "dtype", "vocab"])  # one value per vocab (token-free)
+    table = host.groupby(["provider", "loss_label"]).agg(host_us=("host_us_per_call", "median"),
+                                                          host_us_low=("host_us_per_call", "min"),
+                                                          host_us_high=("host_us_per_call", "max"),
+                                                          vocabs=("vocab", "nunique")).reset_index()
+    syncs = rows.groupby(["provider", "loss_label"])["syncs_per_call"].max().rename("syncs_per_call")
+    table = table.join(syncs, on=["provider", "loss_label"])
+    order = {p: i for i, p in enumerate(_providers(rows))}
+    losses = {l: i for i, l in enumerate(LOSS_ORDER)}
+    return table.sort_values(["provider", "loss_label"], key=lambda s: s.map(order if s.name == "provider" else losses)
+                             ).reset_index(drop=True)
+
+
+def plot_host_cost(df: pd.DataFrame, *, dtype: str = "bf16", title: str = ""):
+    """Bars of host µs per call (8-row problems; whiskers: the range over vocabularies) per provider, one bar per
+    loss, with the synchronizations per call written above each provider."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    table = host_cost_table(df, dtype=dtype)
+    text, _ = figure_context(df)
+    providers = list(dict.fromkeys(table["provider"]))
+    losses = [l for l in LOSS_ORDER if l in set(table["loss_label"])]
+    width = 0.8 / max(len(losses), 1)
+    fig, ax = plt.subplots(figsize=(1.6 * len(providers) + 3.5, 4.0), layout="constrained")
+    colors = ["#1f4e9c", "#5b8fd9", "#d1495b", "#edae49"]
+    for k, label in enumerate(losses):
+        part = table[table["loss_label"] == label].set_index("provider")
+        xs, heights, low, high = [], [], [], []
+        for i, provider in enumerate(providers):
+            if provider in part.index:
+                xs.append(i + (k - (len(losses) - 1) / 2) * width)
+                heights.append(part.loc[provider, "host_us"])
+                low.append(part.loc[provider, "host_us"] - part.loc[provider, "host_us_low"])
+                high.append(part.loc[provider, "host_us_high"] - part.loc[provider, "host_us"])
+        ax.bar(xs, heights, width=width * 0.95, color=colors[k % len(colors)], label=label,
+               yerr=np.array([low, high]), capsize=2, error_kw={"linewidth": 0.8})
+    top = table["host_us_high"].max()
+    for i, provider in enumerate(providers):
+        syncs = table.loc[table["provider"] == provider, "syncs_per_call"]
+        most = syncs.max()
+        note = "syncs not counted" if pd.isna(most) else f"{int(most)} sync{'s' if int(most) != 1 else ''}/call"
+        ax.text(i, top * 1.08, note, ha="center", fontsize=7.5)
+    ax.set_xlim(-0.6, len(providers) - 0.4)
+    ax.set_xticks(range(len(providers)))
+    ax.set_xticklabels([PROVIDER_LABELS.get(p, p).replace(" (ours)", "\n(ours)").replace(": ", ":\n")
+                        for p in providers], fontsize=7.5)
+    ax.set_ylabel("host µs per call (8 rows, no sync between calls)")
+    ax.set_ylim(0, top * 1.2 if math.isfinite(top) and top > 0 else 1)
+    ax.grid(axis="y", alpha=0.3)
+    fig.legend(fontsize=7.5, loc="outside right upper")
+    ax.set_title(f"{title or f'What a call costs the host ({dtype})'} · {text}", fontsize=9)
+    return fig
+
+
+def cell_table(df: pd.DataFrame, *, tokens: int = 4096, dtype: str = "bf16", vocabs=None) -> pd.DataFrame:
+    """One row per (loss, vocab) at ``tokens``: ms of each provider, and of the public call its % of copy, host µs
+    and syncs per call."""
+    rows = measured(df, dtype=dtype)
+    rows = rows[rows["tokens"] == tokens]
+    if vocabs is not None:
+        rows = rows[rows["vocab"].isin(list(vocabs))]
+    if rows.empty:
+        raise ValueError(f"no ok rows at {tokens} tokens{' for vocabs ' + str(list(vocabs)) if vocabs else ''}")
+    ms = rows.pivot_table(index=["loss_label", "vocab"], columns="provider", values="ms_median", aggfunc="min")
+    public = rows[rows["provider"] == "public"].set_index(["loss_label", "vocab"])
+    for column in ("pct_of_copy", "host_us_per_call", "syncs_per_call"):
+        ms[f"public_{column}"] = public[column] if column in public else float("nan")
+    ms = ms.reset_index()
+    ms["loss_label"] = pd.Categorical(ms["loss_label"], [l for l in LOSS_ORDER if l in set(ms["loss_label"])],
+                                      ordered=True)
+    return ms.sort_values(["loss_label", "vocab"]).reset_index(drop=True)
+
+
+def worst_cells(df: pd.DataFrame, *, dtype: str = "bf16") -> dict:
+    """The grid's worst cells for the public call: against the best peer measured at that (loss, tokens, vocab)
+    (``vs_peer``: the highest public / best-peer time), and against the copy bandwidth (``lowest_pct``)."""
+    rows = measured(df, dtype=dtype)
+    keys = ["loss_label", "tokens", "vocab"]
+    public = rows[rows["provider"] == "public"].set_index(keys)
+    if public.empty:
+        raise ValueError("no ok public-call rows")
+    result = {"cells": len(public)}
+    peers = rows[rows["provider"].isin(PEERS)]
+    if not peers.empty:
+        best = peers.loc[peers.groupby(keys)["ms_median"].idxmin()].set_index(keys)
+        best = best[["provider", "ms_median"]].rename(columns={"provider": "peer", "ms_median": "peer_ms"})
+        both = public.join(best, how="inner")
+        if not both.empty:
+            both["ratio"] = both["ms_median"] / both["peer_ms"]
+            worst = both["ratio"].idxmax()
+            cell = both.loc[worst]
+            result["vs_peer"] = dict(zip(keys, worst), ratio=float(cell["ratio"]), peer=cell["peer"],
+                                     peer_ms=float(cell["peer_ms"]), ms=float(cell["ms_median"]),
+                                     pct_of_copy=float(cell["pct_of_copy"]), cells=len(both))
+    lowest = public["pct_of_copy"].idxmin()
+    result["lowest_pct"] = dict(zip(keys, lowest), pct_of_copy=float(public.loc[lowest, "pct_of_copy"]),
+                                ms=float(public.loc[lowest, "ms_median"]))
+    return result
+
+
+def auto_choices(df: pd.DataFrame, *, provider: str = "public", dtype: str = "bf16") -> pd.DataFrame:
+    """What variant auto ran for ``provider``'s rows (their ``plan_config``): variant, block size, warps, options and
+    where the choice came from (first-call search, tuning table, heuristic), beside the row's % of copy."""
+    rows = measured(df, dtype=dtype)
+    rows = rows[rows["provider"] == provider]
+    if rows.empty:
+        raise ValueError(f"no ok rows of {provider!r}")
+    configs = [json.loads(text) if isinstance(text, str) and text else {} for text in rows.get("plan_config", [])]
+    fields = ("variant", "block_size", "num_warps", "options", "source")
+    chosen = pd.DataFrame([{f"chosen_{k}": c.get(k) for k in fields} for c in configs], index=rows.index)
+    table = rows[["loss_label", "tokens", "vocab", "ms_median", "pct_of_copy"]].join(chosen)
+    table["loss_label"] = pd.Categorical(table["loss_label"], [l for l in LOSS_ORDER if l in set(table["loss_label"])],
+                                         ordered=True)
+    return table.sort_values(["loss_label", "tokens", "vocab"]).reset_index(drop=True)

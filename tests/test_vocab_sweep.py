@@ -1,0 +1,487 @@
+"""The vocab sweep (notebook 09) on a CPU: its stages (the dry run: rows per stage, planned time), the providers of
+what users call, the host-cost and sync columns, the runner (resume, time budget, providers that are missing), the
+figures and tables, and the quoted quack figures.
+
+The measured numbers of the figure and table tests are synthetic, written into a temporary folder here (never into
+data/); no test depends on timing: clocks are fakes, GPU timings stand-ins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import kernels
+from perfutils.measure import host_cost, providers, schema, studies, vocab_sweep
+from perfutils.measure.measurer import GpuMeasurer, TimingBackend
+from perfutils.measure.records import load_metadata, load_records
+from perfutils.measure.store import ResultStore
+from perfutils.measure.sweep_config import load_config
+from perfutils.measure.timing import BenchResult
+
+REPO = Path(__file__).resolve().parents[1]
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def quiet(*_):
+    pass
+
+
+# ---- the stages: a dry run of the plan ----------------------------------------------------------------------
+
+
+def full_grid() -> set[tuple]:
+    """The grid of issues 13 and 14, written out independently of the stage code."""
+    rows = set()
+    for tokens, vocab, (loss, fmt), provider in itertools.product(vocab_sweep.TOKENS, vocab_sweep.VOCABS,
+                                                                  vocab_sweep.LOSSES, vocab_sweep.PROJECT):
+        rows.add((provider, loss, fmt, "bf16", tokens, vocab))  # every project row fits in 39 GiB
+    for vocab, (loss, fmt), provider in itertools.product(vocab_sweep.FP32_VOCABS, vocab_sweep.LOSSES,
+                                                          vocab_sweep.PROJECT):
+        rows.add((provider, loss, fmt, "fp32", 4096, vocab))
+    for tokens, vocabs in ((4096, vocab_sweep.VOCABS), (16384, vocab_sweep.PEER_16K_VOCABS)):
+        for vocab, (loss, fmt), provider in itertools.product(vocabs, vocab_sweep.LOSSES, vocab_sweep.PEERS):
+            if provider in ("liger", "quack") and fmt != "labels":
+                continue
+            rows.add((provider, loss, fmt, "bf16", tokens, vocab))
+    return rows
+
+
+def test_stages_cover_the_grid_once_within_the_time_budget():
+    seen = Counter()
+    names = []
+    for stage in vocab_sweep.stages():
+        rows = vocab_sweep.stage_rows(stage)
+        assert rows, f"{stage.name} is empty"
+        planned = vocab_sweep.estimate_seconds(rows)
+        assert 0 < planned <= vocab_sweep.STAGE_BUDGET_S < 8 * 60, (stage.name, planned)
+        seen.update((r["provider"], r["loss"], r["target_format"], r["dtype"], r["tokens"], r["vocab"]) for r in rows)
+        names.append(stage.name)
+    assert len(names) == len(set(names))
+    assert max(seen.values()) == 1, "a configuration sits in two stages"
+    assert set(seen) == full_grid()
+    assert len(seen) == 17 * 3 * 4 * 3 + 3 * 4 * 3 + 17 * 10 + 5 * 10  # 868
+
+
+def test_stage_table_and_cli_list_rows_and_minutes(capsys):
+    table = vocab_sweep.stages_table()
+    assert list(table["stage"]) == [s.name for s in vocab_sweep.stages()]
+    assert table["rows"].sum() == len(full_grid())
+    assert (table["est_minutes"] <= vocab_sweep.STAGE_BUDGET_S / 60).all()
+    assert vocab_sweep.main(["stages"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(table)} stages, {len(full_grid())} configurations" in out
+    with pytest.raises(ValueError, match="unknown stage 'nope'"):
+        vocab_sweep.find_stage("nope")
+    assert vocab_sweep.main(["run", "public-4096-1", "nope"]) == 2  # refused before anything runs
+    assert "unknown stage 'nope'" in capsys.readouterr().err
+
+
+def test_memory_rule():
+    assert vocab_sweep.fits("project", 16384, 262144, "reverse_kl", "logits")  # 24 GiB of inputs and gradients
+    assert vocab_sweep.fits("peers", 16384, 151936, "reverse_kl", "logits")
+    assert not vocab_sweep.fits("project", 65536, 262144, "reverse_kl", "logits")
+    stage = vocab_sweep.Stage("big", "project", ("public",), 65536, (32000, 262144))
+    assert {r["vocab"] for r in vocab_sweep.stage_rows(stage)} == {32000}  # 65536 x 262144 is left out
+
+
+def test_estimates_grow_with_rows_and_shapes():
+    small = vocab_sweep.Stage("a", "project", ("public",), 4096, (32000,))
+    large = vocab_sweep.Stage("b", "project", ("public", "plan"), 4096, (32000, 262144))
+    assert vocab_sweep.estimate_seconds([]) == 0
+    assert vocab_sweep.estimate_seconds(vocab_sweep.stage_rows(small)) < vocab_sweep.estimate_seconds(
+        vocab_sweep.stage_rows(large))
+
+
+# ---- providers of what users call ---------------------------------------------------------------------------
+
+
+def tiny(loss, fmt, rows=4, vocab=40, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, vocab, generator=gen) * 2).to(dtype)
+    t = (torch.randint(0, vocab, (rows,), generator=gen) if fmt == "labels"
+         else (torch.randn(rows, vocab, generator=gen) * 2).to(dtype))
+    return x, t
+
+
+@pytest.mark.parametrize("variant", ["public", "public_autograd", "plan"])
+@pytest.mark.parametrize("loss, fmt", [("cross_entropy", "labels"), ("reverse_kl", "logits")])
+def test_entry_point_providers_match_float64(variant, loss, fmt):
+    x, t = tiny(loss, fmt)
+    plan = providers.prepare(x, t, loss=loss, target_format=fmt, variant=variant, block_size=None, num_warps=None)
+    ref_loss, ref_grad = kernels.reference.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt)
+    for _ in range(2):  # the first run records the choice, the second is a plain repeated call
+        value, grad = plan.run()
+        assert value.dim() == 0 and torch.allclose(value.double(), ref_loss, rtol=1e-5)
+        assert torch.allclose(grad.double(), ref_grad, rtol=1e-4, atol=1e-7)
+    assert plan.config["variant"] in ("fused", "two_pass", "split_row") and plan.config["source"]
+    if variant == "public_autograd":
+        assert x.grad is None  # the provider's leaf shares the logits' memory but not their autograd state
+
+
+def test_entry_points_refuse_a_configuration():
+    x, t = tiny("cross_entropy", "labels")
+    with pytest.raises(ValueError, match="runs variant auto as users call it"):
+        providers.prepare(x, t, variant="public", block_size=64)
+
+
+def test_optional_peers_say_why_they_are_missing(monkeypatch):
+    monkeypatch.setattr(providers, "_importable", lambda module: False)
+    assert providers.unavailable("quack") == "quack is not importable here"
+    assert providers.unavailable("liger") == "liger_kernel is not importable here"
+    assert providers.unavailable("public") is None
+    monkeypatch.delenv("FAST_LLM_PATH", raising=False)
+    assert "FAST_LLM_PATH" in providers.unavailable("fast_llm")
+    assert providers.supports("quack", "cross_entropy", "labels")
+    assert not providers.supports("liger", "reverse_kl", "logits")
+    assert providers.supports("public", "forward_kl", "logits")
+    assert not providers.supports("case497.step0", "cross_entropy", "labels")
+
+
+# ---- host cost and syncs --------------------------------------------------------------------------------------
+
+
+def test_time_host_calls_counts_calls_between_syncs():
+    events, now = [], [0.0]
+
+    def run():
+        events.append("run")
+        now[0] += 2e-6  # 2 µs per call
+
+    def sync():
+        events.append("sync")
+        now[0] += 10e-6  # the GPU's tail, once per batch
+
+    times = host_cost.time_host_calls(run, sync, calls=5, repeats=3, warmup=2, clock=lambda: now[0])
+    assert events[:3] == ["run", "run", "sync"]
+    assert events.count("run") == 2 + 15 and events.count("sync") == 4
+    assert times == pytest.approx([4.0] * 3)  # (5 x 2 + 10) µs / 5 calls
+    with pytest.raises(ValueError, match="calls must be a positive int"):
+        host_cost.time_host_calls(run, sync, calls=0)
+
+
+def test_count_syncs_counts_pytorch_sync_warnings_and_restores_the_mode(monkeypatch):
+    mode = {"now": 0}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.__setitem__("now", value))
+
+    def two_syncs():
+        if mode["now"] == "warn":
+            warnings.warn("called a synchronizing CUDA operation")
+            warnings.warn("called a synchronizing CUDA operation")
+            warnings.warn("something else")
+        return "result"
+
+    assert host_cost.count_syncs(two_syncs) == 2 and mode["now"] == 0
+    assert host_cost.count_syncs(two_syncs) == 2  # "always": repeated warnings are not swallowed
+
+    def fails():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        host_cost.count_syncs(fails)
+    assert mode["now"] == 0
+
+
+class CountingPlan:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def run(self):
+        self.calls.append(1)
+        return None
+
+
+def test_call_costs_columns_once_per_provider_loss_dtype_vocab():
+    from types import SimpleNamespace
+
+    made, ran = [], []
+
+    def prepare(logits, target, **options):
+        made.append((tuple(logits.shape), options["variant"]))
+        return CountingPlan(ran)
+
+    costs = host_cost.CallCosts(prepare, device="cpu", calls=3, repeats=2, warmup=1, count=lambda run: 7)
+    point = SimpleNamespace(variant="plan", loss="cross_entropy", target_format="labels", dtype="bf16", vocab=40,
+                            tokens=4096)
+    first = costs(point, CountingPlan([]))
+    again = costs(SimpleNamespace(**{**vars(point), "tokens": 16384}), CountingPlan([]))
+    assert made == [((host_cost.HOST_ROWS, 40), "plan")] and len(ran) == 1 + 3 * 2  # measured once
+    assert first["syncs_per_call"] == 7 and first["kernel_only"] is True and first["host_rows"] == 8
+    assert first["host_us_per_call"] == again["host_us_per_call"] > 0
+
+
+def test_tiny_inputs():
+    x, t = host_cost.tiny_inputs("cross_entropy", "labels", torch.bfloat16, 50, device="cpu")
+    assert x.shape == (8, 50) and x.dtype == torch.bfloat16 and t.shape == (8,) and t[-1] == -100
+    x, t = host_cost.tiny_inputs("reverse_kl", "logits", torch.float32, 50, device="cpu")
+    assert t.shape == x.shape
+
+
+# ---- the measurer's extra columns and the runner ------------------------------------------------------------
+
+
+def eager_measurer(out, extra=None):
+    spec = load_config(dict(study="t", out=str(out), loss="cross_entropy", target_format="labels", variant="auto",
+                            dtype="fp32", tokens=4, vocab=40, check_rows=4))
+    backend = TimingBackend(lambda fn, **_: (fn(), BenchResult(1.0, 0.9, 1.1))[1], lambda fn: (fn(), 0.0), None)
+    return GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=backend, copy_gbps=1.0, log=quiet,
+                       extra=extra)
+
+
+def test_measurer_adds_extra_columns_and_refuses_to_replace_measured_ones(tmp_path):
+    from perfutils.measure.sweep_config import SweepPoint
+
+    point = SweepPoint("cross_entropy", "labels", "eager", "fp32", 4, 40, None, None)
+    seen = []
+    row = eager_measurer(tmp_path, extra=lambda p, plan: seen.append(plan) or {"host_us_per_call": 3.0})(point)
+    assert row["status"] == "ok" and row["host_us_per_call"] == 3.0 and len(seen) == 1
+    with pytest.raises(ValueError, match="would replace measured ones"):
+        eager_measurer(tmp_path, extra=lambda p, plan: {"ms_median": 0.0})(point)
+    with pytest.raises(TypeError, match="extra must be a callable"):
+        eager_measurer(tmp_path, extra=3)
+
+
+class FakeMeasure:
+    copy_gbps = 1000.0
+
+    def __init__(self):
+        self.points = []
+
+    def __call__(self, point):
+        self.points.append(point)
+        return {"status": "ok", "ms_median": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "host_us_per_call": 5.0,
+                "syncs_per_call": 0}
+
+
+def test_run_cases_filters_resumes_stops_at_the_deadline_and_leaves_out_missing_peers(tmp_path, monkeypatch):
+    monkeypatch.setattr(providers, "_importable", lambda module: False)  # no quack, no liger here
+    lines, measure = [], FakeMeasure()
+    common = dict(losses=[("cross_entropy", "labels"), ("reverse_kl", "logits")], vocabs=[40, 80], tokens=[4],
+                  out=str(tmp_path), log=lines.append, measurer=measure)
+    frame = studies.run_cases("s", [("public", None, None), ("quack", None, None)],
+                              keep=lambda tokens, vocab, loss, fmt, variant: vocab == 40 or loss == "reverse_kl",
+                              **common)
+    assert any("leaving out quack: quack is not importable here" in line for line in lines)
+    assert [(p.vocab, p.loss) for p in measure.points] == [(40, "cross_entropy"), (40, "reverse_kl"), (80, "reverse_kl")]
+    assert len(frame) == 3 and set(frame["variant"]) == {"public"}
+    meta = load_metadata(tmp_path / "cpu" / "s.csv")
+    assert meta["sessions"] == [] and meta["parameters"]["study"] == "s"  # one session for the whole call
+    again = FakeMeasure()
+    studies.run_cases("s", [("public", None, None)], **{**common, "measurer": again})
+    assert [(p.vocab, p.loss) for p in again.points] == [(80, "cross_entropy")]  # resumed: only what was missing
+    late = FakeMeasure()
+    lines.clear()
+    assert studies.run_cases("s2", [("public", None, None)], deadline=0.0, **{**common, "measurer": late}) is None
+    assert late.points == [] and any("time budget reached with 4 configurations not started" in l for l in lines)
+
+
+def test_run_stage_with_a_stand_in_measurer(tmp_path):
+    stage = vocab_sweep.Stage("tiny", "project", ("public", "plan"), 4, (40, 80),
+                              losses=(("cross_entropy", "labels"),))
+    measure = FakeMeasure()
+    frame = vocab_sweep.run_stage(stage, out=str(tmp_path), measurer=measure, log=quiet)
+    assert len(frame) == 4 and len(measure.points) == 4
+    meta = load_metadata(tmp_path / "cpu" / "vocab_sweep.csv")
+    assert meta["parameters"]["stage"] == "tiny" and "fast_llm" in meta["parameters"]
+    measure = FakeMeasure()
+    vocab_sweep.run_stage(stage, out=str(tmp_path), measurer=measure, log=quiet)
+    assert measure.points == []  # nothing left to measure
+
+
+def test_cpu_dry_run_through_the_whole_path(tmp_path):
+    """The project's three providers and eager PyTorch, under the interpreter, through measurer, extra columns,
+    store and sidecar (timings are stand-ins; syncs are not counted without CUDA)."""
+    frame = vocab_sweep.cpu_dry_run(str(tmp_path), tokens=4, vocab=40,
+                                    losses=[("cross_entropy", "labels"), ("forward_kl", "logits")], calls=1, log=quiet)
+    assert len(frame) == 2 * 4 and set(frame["status"]) == {"ok"}
+    assert (frame["host_us_per_call"] > 0).all() and frame["syncs_per_call"].isna().all()
+    assert frame.groupby("variant")["kernel_only"].first().to_dict() == {
+        "eager": False, "plan": True, "public": False, "public_autograd": False}
+    chosen = frame[frame["variant"].isin(["public", "public_autograd", "plan"])]["plan_config"].map(json.loads)
+    assert all(config["variant"] == "split_row" for config in chosen)  # auto's choice without a GPU: the heuristic
+
+
+# ---- figures and tables of synthetic data -------------------------------------------------------------------
+
+# % of copy each provider reaches in the synthetic data (public has a cliff at 50257 for reverse KL).
+SYNTHETIC_PCT = {"public": 80.0, "public_autograd": 78.0, "plan": 82.0, "torch_compile": 30.0, "fast_llm": 50.0,
+                 "liger": 25.0}
+
+
+PLAN_CONFIGS = {"fast_llm": {"fast_llm_commit": "7d61a1ba" + "0" * 32},
+                "public": {"variant": "split_row", "block_size": 4096, "num_warps": 4, "options": {},
+                           "source": "first-call search"}}
+
+
+def write_synthetic(folder: Path, gpu: str = H100, vocabs=(32000, 50257, 131072), tokens=(1024, 4096)) -> Path:
+    """A small vocab_sweep.csv in a temporary folder (synthetic: for tests only)."""
+    from perfutils.model.roofline import loss_cost
+
+    copy = 3000.0
+    meta = {"gpu_name": gpu, "torch_version": "0.test", "triton_version": "0.test", "copy_gbps": copy,
+            "timestamp_utc": "2026-01-02T03:04:05Z", "parameters": {"study": "vocab_sweep"}}
+    store = ResultStore(schema.data_path(folder, gpu, "vocab_sweep"), meta)
+    rows = []
+    for n_tokens, vocab, (loss, fmt), provider in itertools.product(tokens, vocabs, vocab_sweep.LOSSES,
+                                                                    SYNTHETIC_PCT):
+        if provider == "liger" and fmt != "labels":
+            continue
+        pct = SYNTHETIC_PCT[provider] * (0.5 if (provider == "public" and vocab == 50257 and loss == "reverse_kl")
+                                         else 1.0)
+        bytes_min = int(loss_cost(loss, fmt, n_tokens, vocab, 2).bytes)
+        ms = bytes_min / (copy * 1e9 * pct / 100) * 1e3
+        rows.append(dict(loss=loss, target_format=fmt, variant=provider, dtype="bf16", tokens=n_tokens, vocab=vocab,
+                         block_size=None, num_warps=None, ms_median=ms, ms_p20=ms, ms_p80=ms, bytes_min=bytes_min,
+                         gbps=bytes_min / (ms * 1e-3) / 1e9, pct_of_copy=pct, max_rel_err=1e-3, status="ok",
+                         gpu_name=gpu, host_us_per_call={"public": 20.0, "plan": 9.0}.get(provider, 60.0) + vocab / 1e4,
+                         syncs_per_call=0 if provider != "liger" else 1, kernel_only=provider == "plan",
+                         plan_config=json.dumps(PLAN_CONFIGS.get(provider, {})) if provider in PLAN_CONFIGS else None))
+    store.append(rows)
+    return store.path
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    path = write_synthetic(tmp_path)
+    return load_records(path), path.parent
+
+
+def test_cell_table_and_worst_cells(synthetic):
+    from perfutils.plots import vocab_sweep as plots
+
+    df, _ = synthetic
+    table = plots.cell_table(df, tokens=4096)
+    assert len(table) == 3 * 4 and list(table["loss_label"].cat.categories)[0] == "cross_entropy (labels)"
+    row = table[(table["loss_label"] == "reverse_kl") & (table["vocab"] == 50257)].iloc[0]
+    assert row["public_pct_of_copy"] == 40.0 and math.isnan(row["liger"])
+    worst = plots.worst_cells(df)
+    cell = worst["vs_peer"]
+    assert (cell["loss_label"], cell["vocab"], cell["peer"]) == ("reverse_kl", 50257, "fast_llm")
+    assert cell["ratio"] == pytest.approx(50.0 / 40.0) and cell["pct_of_copy"] == 40.0
+    assert worst["lowest_pct"]["pct_of_copy"] == 40.0 and worst["cells"] == 2 * 3 * 4
+
+
+def test_auto_choices_table(synthetic):
+    from perfutils.plots import vocab_sweep as plots
+
+    df, _ = synthetic
+    table = plots.auto_choices(df)
+    assert len(table) == 2 * 3 * 4 and set(table["chosen_variant"]) == {"split_row"}
+    assert set(table["chosen_source"]) == {"first-call search"}
+    assert plots.auto_choices(df, provider="torch_compile")["chosen_variant"].isna().all()
+
+
+def test_summary_table_is_generated_from_the_data(synthetic):
+    from perfutils.plots import summary
+
+    _, gpu_dir = synthetic
+    text = summary.vocab_sweep_table(gpu_dir, vocabs=(32000, 131072))
+    lines = text.splitlines()
+    assert lines[0].startswith("| loss × vocab | torch.compile | Fast-LLM | liger | public call | plan (kernel-only)")
+    assert lines[2].startswith("| cross_entropy (labels) 32000 | ") and lines[2].endswith("| 80% | 23 | 0 |")
+    assert "Fast-LLM 7d61a1ba" in text and "copy bandwidth 3000 GB/s" in text and "recorded 2026-01-02" in text
+    assert "Worst cell against the peers (24 cells with a peer measured, bf16): reverse_kl 1024 × 50257" in text
+    assert "quack" not in text  # no quoted reference in this folder
+    vocab_sweep.write_quack_reference(str(gpu_dir.parent))
+    assert "quack-kernels, labels cross-entropy, quoted from the issue" in summary.vocab_sweep_table(gpu_dir)
+
+
+def test_quack_reference_only_beside_the_same_gpu(tmp_path):
+    from perfutils.plots import summary
+
+    gpu_dir = write_synthetic(tmp_path, gpu="NVIDIA H200").parent
+    (gpu_dir / "quack_reference.csv").write_text((REPO / "data/h100-sxm-80gb/quack_reference.csv").read_text())
+    (gpu_dir / "quack_reference.json").write_text((REPO / "data/h100-sxm-80gb/quack_reference.json").read_text())
+    assert summary.quack_line(load_records(gpu_dir / "vocab_sweep.csv"), gpu_dir) is None
+
+
+def test_figures_are_deterministic(synthetic, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from perfutils.plots import vocab_sweep as plots
+    from perfutils.plots.figures import save_figure
+
+    df, _ = synthetic
+    reference = vocab_sweep.quack_reference_frame()
+    outputs = []
+    for attempt in range(2):
+        for name, make in (("pct", lambda: plots.plot_pct_of_copy(df, reference=reference)),
+                           ("host", lambda: plots.plot_host_cost(df))):
+            fig = make()
+            outputs.append([p.read_bytes() for p in save_figure(fig, tmp_path / f"{attempt}" / name)])
+            plt.close(fig)
+    assert outputs[:2] == outputs[2:]
+    fig = plots.plot_pct_of_copy(df, reference=reference)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[:3] == ["public call (ours)", "autograd: entropy_loss + backward (ours)", "plan, kernel-only (ours)"]
+    assert labels[-1].startswith("quack, quoted")
+    plt.close(fig)
+    table = plots.host_cost_table(df)
+    assert table.loc[(table["provider"] == "liger"), "syncs_per_call"].max() == 1
+
+
+def test_figures_say_what_is_missing(synthetic):
+    from perfutils.plots import vocab_sweep as plots
+
+    df, _ = synthetic
+    with pytest.raises(ValueError, match="no ok rows of dtype fp32"):
+        plots.plot_pct_of_copy(df, dtype="fp32")
+    with pytest.raises(ValueError, match="missing columns"):
+        plots.plot_host_cost(df.drop(columns=["host_us_per_call"]))
+
+
+# ---- the quoted quack figures -------------------------------------------------------------------------------
+
+
+def test_quack_reference_is_the_quoted_table_and_never_overwritten(tmp_path):
+    path = vocab_sweep.write_quack_reference(str(tmp_path))
+    written = pd.read_csv(path)
+    assert list(zip(written["tokens"], written["vocab"], written["ms_median"])) == list(vocab_sweep.QUACK_REFERENCE)
+    meta = load_metadata(path)
+    assert "not measured here" in meta["note"] and meta["measured"] == "2026-11-23" and meta["gpu_name"] == H100
+    with pytest.raises(FileExistsError):
+        vocab_sweep.write_quack_reference(str(tmp_path))
+    committed = pd.read_csv(REPO / "data" / "h100-sxm-80gb" / "quack_reference.csv")
+    pd.testing.assert_frame_equal(committed, written)
+
+
+# ---- notebook 09 on synthetic data --------------------------------------------------------------------------
+
+
+def test_notebook_09_replays_recorded_data(tmp_path):
+    """The notebook (pending until the GPU data is committed) runs headless on a synthetic data folder."""
+    papermill = pytest.importorskip("papermill")
+    source = REPO / "notebooks" / "09_vocab_sweep.ipynb"
+    if not source.exists():
+        source = REPO / "notebooks" / "09_vocab_sweep.ipynb.pending"
+    data = tmp_path / "data"
+    write_synthetic(data, vocabs=(32000, 50257, 131072), tokens=(1024, 4096))
+    vocab_sweep.write_quack_reference(str(data))
+    copy = tmp_path / "09.ipynb"
+    copy.write_bytes(source.read_bytes())
+    papermill.execute_notebook(str(copy), str(tmp_path / "out.ipynb"), cwd=str(REPO), kernel_name="python3",
+                               progress_bar=False,
+                               parameters=dict(MODE="replay", DATA_DIR=str(data), FIG_DIR=str(tmp_path / "figures"),
+                                               GPU=H100))
+    assert (tmp_path / "figures" / "09_vocab_sweep.svg").exists()
+    assert (tmp_path / "figures" / "09_host_cost.svg").exists()
+
+
+def test_readme_vocab_sweep_results_are_generated_from_the_data():
+    """Once the GPU data is committed, the README's vocab-sweep table is perfutils.plots.summary's output for it."""
+    from perfutils.plots import summary
+
+    gpu_dir = REPO / "data" / "h100-sxm-80gb"
+    if not (gpu_dir / "vocab_sweep.csv").exists():
+        pytest.skip("no vocab_sweep.csv recorded yet (the GPU run comes first; then the README gets "
+                    "`python -m perfutils.plots.summary --vocab-sweep`)")
+    assert summary.vocab_sweep_table(gpu_dir) in (REPO / "README.md").read_text()
