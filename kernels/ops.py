@@ -156,6 +156,9 @@ def _plain_eager(*tensors) -> bool:
             and _no_python_modes())
 
 
+plain_eager = _plain_eager  # public: kernels.vocab_parallel takes the same shortcut to its operator
+
+
 def call_scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
     """``scale_gradient_`` as the autograd backward calls it (directly in plain eager mode, like below)."""
     (_scale_gradient_ if _plain_eager(grad, scale) else scale_gradient_)(grad, scale)
