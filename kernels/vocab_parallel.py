@@ -39,6 +39,7 @@ group travels by name); its collectives run inside the operator, which graphs ho
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socket
@@ -57,7 +58,7 @@ from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, alloc
                       check_block_size, check_num_warps, finisher, next_power_of_2)
 from .prologue import prologue_launch
 from .split_row import cooperative_slots, interpreting
-from .vocab_parallel_exchange import LAG_STEPS, exchange_epilogue_kernel, exchange_kernel
+from .vocab_parallel_exchange import LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel, exchange_kernel
 from .vocab_parallel_gather import gather_grad_kernel, gather_stats_kernel
 
 TP_DESIGNS = ("auto", "all_gather", "symmetric")
@@ -172,9 +173,10 @@ def check_labels_and_mask(vp: VocabParallelProblem) -> None:
         local.append(("loss_mask", problem.mask.long()))
     flags = torch.tensor([float(bad.sum()), 0.0, 0.0], device=device)
     for index, (name, values) in enumerate(local):
-        gathered = torch.empty((vp.world_size, values.numel()), dtype=values.dtype, device=device)
+        gathered = torch.empty(vp.world_size * values.numel(), dtype=values.dtype, device=device)
         all_gather_into(gathered, values.contiguous(), vp.group)
-        flags[1 + index] = float((gathered != gathered[:1]).any())
+        rows = gathered.view(vp.world_size, -1)
+        flags[1 + index] = (rows != rows[:1]).any().float()
     dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=vp.group)
     count, labels_differ, mask_differs = (float(value) for value in flags.tolist())
     if count:
@@ -221,6 +223,7 @@ class VocabParallelPlan:
     config: dict = field(default_factory=dict)
     buffers: dict = field(default_factory=dict, repr=False)  # workspace, grad, loss, send, recv, peers, state
     problem: VocabParallelProblem | None = field(default=None, repr=False)
+    first_call: bool = False  # this call's shape was checked across the ranks just now (prepare)
 
     @property
     def launches(self) -> list[Launch]:
@@ -341,8 +344,10 @@ def plan_symmetric(vp: VocabParallelProblem, block_size: int | None, num_warps: 
                                  f"device holds only {resident} of this kernel; use a larger block_size")
             main.grid = (n_slots * num_chunks,)
             config.update(programs=n_slots * num_chunks, resident_programs=resident)
-        steps += [main, Launch("vocab_parallel.epilogue", exchange_epilogue_kernel, (1,),
-                               dict(state_ptr=peers.state), {}, num_warps=1)]
+        steps += [main, Launch("vocab_parallel.epilogue", exchange_epilogue_kernel, (1,), dict(state_ptr=peers.state),
+                               dict(MESSAGE=TIMEOUT_MESSAGE), num_warps=1)]
+        if not problem.logits.is_cuda:
+            steps.append(functools.partial(check_timeout, peers.state))
         buffers.update(peers=peers.table, state=peers.state)
         config.update(exchange_backing=peers.backing, peers_words=2 * half_words)
     return VocabParallelPlan("symmetric", steps, finisher(problem, loss, grad), config, buffers, vp)
@@ -495,8 +500,8 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
     plan = prepare(logits, target, group=group, loss=loss, target_format=target_format, tp_design=tp_design,
                    block_size=block_size, num_warps=num_warps, grad_output=grad_value, ignore_index=ignore_index,
                    loss_mask=loss_mask, validate=validate, **(json.loads(options) if options else {}))
-    if plan.design == "symmetric":
-        group_barrier(group, logits.device)  # compiled on every rank: start the kernels that wait for each other together
+    if plan.design == "symmetric" and plan.first_call:  # every rank has compiled: start the waiting kernels together
+        group_barrier(group, logits.device)
     result, grad = plan.run()
     if template is False and not (logits.is_cuda and torch.cuda.is_current_stream_capturing()):
         TEMPLATES.put(key, make_template(plan.problem, plan))
@@ -515,12 +520,15 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
     signature = call_signature(vp, tp_design, config)
     agreed = (group.group_name, json.dumps(signature, sort_keys=True, default=str))
-    if agreed not in _HOSTS:
+    first_call = agreed not in _HOSTS
+    if first_call:
         _HOSTS[agreed] = check_same_call(vp, signature)
     if validate:
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, _HOSTS[agreed])
-    return plan_vocab_parallel(vp, design, block_size, num_warps, options)
+    plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
+    plan.first_call = first_call
+    return plan
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -207,14 +207,14 @@ def exchange_kernel(
         gave_up = gave_up | timed_out
 
         if old_valid:
-            m_x, s_x, m_t, s_t, acc, x_label = combine_summaries(m_x, s_x, m_t, s_t, acc, x_label, used, LOSS)
-            poison = tl.where(old_valid & ~wanted | timed_out, float("nan"), 0.0)  # no summaries: NaN, not a guess
-            loss = row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS) + poison
+            r_m_x, r_s_x, r_m_t, r_s_t, r_acc, r_label = combine_summaries(m_x, s_x, m_t, s_t, acc, x_label, used, LOSS)
+            poison = tl.where(~wanted | timed_out, float("nan"), 0.0)  # no summaries: NaN, never a guess
+            loss = row_loss(r_m_x, r_s_x, r_m_t, r_s_t, r_acc, r_label, LOSS) + poison
             tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
-                lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
-                grad = gradient_from_summary(base2(x_old), base2(t_old), m_x, s_x, m_t, s_t, lse_diff2, cols + start,
-                                             label - col_offset, loss, LOSS)
+                lse_diff2 = lse_difference(r_m_x, r_s_x, r_m_t, r_s_t)
+                grad = gradient_from_summary(base2(x_old), base2(t_old), r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2,
+                                             cols + start, label - col_offset, loss, LOSS)
                 tl.store(grad_ptr + old * n_cols + start + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                          mask=in_row, eviction_policy="evict_first")
         elif row >= behind:  # a row that does not count: zero loss and gradient
@@ -226,19 +226,31 @@ def exchange_kernel(
         if cur_valid:  # summarise this row's chunk and send it to every rank
             c_m_x, c_s_x, c_m_t, c_s_t, c_acc, _e_x, _e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)
             _valid, cur_label = row_validity(labels_ptr, mask_ptr, cur, ignore_index, LOSS, HAS_MASK)
-            c_label = owned_label_logit(x_cur_row + start, cur_label, col_offset + start, tl.minimum(width, BLOCK_SIZE), LOSS)
+            c_label = owned_label_logit(x_cur_row + start, cur_label, col_offset + start,
+                                        tl.minimum(width, BLOCK_SIZE), LOSS)
             publish(peers_ptr, half + cur * ROW_WORDS + my_lane, LANES, epoch, c_m_x, c_s_x, c_m_t, c_s_t, c_acc,
                     c_label, TP, LOSS)
         cur_valid = nxt_valid
     finish_program(ws_ptr, loss_ptr, n_rows)
 
 
+TIMEOUT_MESSAGE = ("vocab-parallel exchange timed out: a peer rank's row summaries did not arrive (every rank of the "
+                   "group must make the same loss call, with the same shapes and options, in the same order; the loss "
+                   "and gradient of this call are NaN)")
+
+
 @triton.jit(debug=True)  # debug: keep the device_assert
-def exchange_epilogue_kernel(state_ptr):
-    """After a call: count it (the next call's tag) and report a timeout of the exchange."""
-    calls = tl.load(state_ptr) + 1
+def exchange_epilogue_kernel(state_ptr, MESSAGE: tl.constexpr):
+    """After a call: count it (the next call's tag) and report a timeout of the exchange. (The interpreter ignores
+    device asserts: on the CPU the host reads the flag after this launch, see check_timeout.)"""
+    calls = tl.load(state_ptr)
+    calls = tl.where(calls >= 0x3FFFFFFF, 0, calls) + 1  # wraps (on every rank alike) long before int32 would
     timed_out = tl.load(state_ptr + 1)
     tl.store(state_ptr, calls)
-    tl.device_assert(timed_out == 0, "vocab-parallel exchange timed out: a peer rank's row summaries did not arrive "
-                     "(every rank of the group must make the same loss call, with the same shapes and options, in the "
-                     "same order; the loss and gradient of this call are NaN)")
+    tl.device_assert(timed_out == 0, MESSAGE)
+
+
+def check_timeout(state) -> None:
+    """The host's reading of the timeout flag (CPU tensors only: free there, a sync on a GPU)."""
+    if int(state[1]):
+        raise RuntimeError(TIMEOUT_MESSAGE)
