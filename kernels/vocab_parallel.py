@@ -223,7 +223,6 @@ class VocabParallelPlan:
     config: dict = field(default_factory=dict)
     buffers: dict = field(default_factory=dict, repr=False)  # workspace, grad, loss, send, recv, peers, state
     problem: VocabParallelProblem | None = field(default=None, repr=False)
-    first_call: bool = False  # this call's shape was checked across the ranks just now (prepare)
 
     @property
     def launches(self) -> list[Launch]:
@@ -500,8 +499,8 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
     plan = prepare(logits, target, group=group, loss=loss, target_format=target_format, tp_design=tp_design,
                    block_size=block_size, num_warps=num_warps, grad_output=grad_value, ignore_index=ignore_index,
                    loss_mask=loss_mask, validate=validate, **(json.loads(options) if options else {}))
-    if plan.design == "symmetric" and plan.first_call:  # every rank has compiled: start the waiting kernels together
-        group_barrier(group, logits.device)
+    if plan.design == "symmetric" and template is False:  # a first call: every rank has compiled the kernel that
+        group_barrier(group, logits.device)  # waits for its peers; start them together
     result, grad = plan.run()
     if template is False and not (logits.is_cuda and torch.cuda.is_current_stream_capturing()):
         TEMPLATES.put(key, make_template(plan.problem, plan))
@@ -520,15 +519,12 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
     signature = call_signature(vp, tp_design, config)
     agreed = (group.group_name, json.dumps(signature, sort_keys=True, default=str))
-    first_call = agreed not in _HOSTS
-    if first_call:
+    if agreed not in _HOSTS:
         _HOSTS[agreed] = check_same_call(vp, signature)
     if validate:
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, _HOSTS[agreed])
-    plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
-    plan.first_call = first_call
-    return plan
+    return plan_vocab_parallel(vp, design, block_size, num_warps, options)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Vocab-parallel losses (kernels.vocab_parallel) on two processes: gloo, the Triton interpreter (or the GPUs).
+"""Vocab-parallel losses (kernels.vocab_parallel) on two processes: gloo and the Triton interpreter without a GPU,
+NCCL and compiled kernels on a machine with two GPUs.
 
 Two spawned ranks each hold half of the vocabulary. Every case runs the loss with ``group=`` on the halves and the
 single-process call on the whole vocabulary, and checks the loss (the same on both ranks, bit for bit) and the
@@ -6,6 +7,11 @@ concatenated gradient against the single-process result, for the four losses and
 "symmetric", whose exchange runs through /dev/shm files under the interpreter), with ignore_index, loss_mask,
 grad_output (number, tensor, None), batch dimensions, autograd and torch.compile. Bad calls: ranks that disagree
 (shapes, labels), labels outside the whole vocabulary, a peer that never calls (the bounded wait's error).
+
+On two GPUs the job adds cases the interpreter cannot run in reasonable time or at all: rows split into several
+chunks over persistent grids (large vocabularies), a repeated call captured in a CUDA graph and replayed, and a
+repeated call under ``torch.cuda.set_sync_debug_mode("error")`` (no host sync); the peer that never calls is left
+out there (its device-side assert ends the CUDA context).
 
 The two ranks run every case in one job (module fixture); a job that hangs is killed after ``JOB_TIMEOUT_S`` and the
 tests fail. The argument checks that need no second process run in this process.
@@ -28,8 +34,9 @@ import kernels
 from kernels import vocab_parallel
 from conftest import LOSS_FORMATS
 
-JOB_TIMEOUT_S = 240
+JOB_TIMEOUT_S = 300
 WORLD = 2
+ON_GPUS = torch.cuda.device_count() >= WORLD
 VOCAB = 40  # 20 columns per rank
 DESIGNS = ("all_gather", "symmetric")
 TOLERANCE = 1e-5  # fp32 inputs: the split changes only the order of the exact summary combination
@@ -51,30 +58,40 @@ def _cases() -> list[dict]:
                       design="symmetric", shape=(3,), all_ignored=True, grad_output=1.0))
     cases.append(dict(name="forward_kl-logits-all_gather-compiled", loss="forward_kl", fmt="logits",
                       design="all_gather", shape=(3,), autograd=True, compiled=True))
+    if ON_GPUS:
+        for loss, fmt in (("cross_entropy", "labels"), ("reverse_kl", "logits")):
+            for design in DESIGNS:
+                base = dict(loss=loss, fmt=fmt, design=design, vocab=65536, dtype=torch.bfloat16)
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-large", shape=(1000,), mask=True))
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-graph", shape=(512,), graph=True))
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-no_sync", shape=(512,), no_sync=True))
     return cases
 
 
 CASES = _cases()
-ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "peer_never_calls")
+ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group") + (
+    () if ON_GPUS else ("peer_never_calls",))
 
 
-def _inputs(case: dict, seed: int):
+def _inputs(case: dict, seed: int, device):
     gen = torch.Generator().manual_seed(seed)
     dtype = case.get("dtype", torch.float32)
     shape = case["shape"]
-    logits = (torch.randn(*shape, VOCAB, generator=gen) * 3).to(dtype)
+    vocab = case.get("vocab", VOCAB)
+    logits = (torch.randn(*shape, vocab, generator=gen) * 3).to(dtype)
     if case["fmt"] == "labels":
-        target = torch.randint(0, VOCAB, shape, generator=gen)
+        target = torch.randint(0, vocab, shape, generator=gen)
         target.view(-1)[0] = -100
         if case.get("all_ignored"):
             target.fill_(-100)
     else:
-        target = (torch.randn(*shape, VOCAB, generator=gen) * 3).to(dtype)
+        target = (torch.randn(*shape, vocab, generator=gen) * 3).to(dtype)
     mask = None
     if case.get("mask"):
         mask = torch.rand(shape, generator=gen) > 0.4
         mask.view(-1)[1] = False
-    return logits, target, mask
+        mask = mask.to(device)
+    return logits.to(device), target.to(device), mask
 
 
 def _slice(tensor: torch.Tensor, rank: int) -> torch.Tensor:
@@ -82,15 +99,43 @@ def _slice(tensor: torch.Tensor, rank: int) -> torch.Tensor:
     return tensor[..., rank * width:(rank + 1) * width].contiguous()
 
 
-def _grad_output(case: dict):
+def _grad_output(case: dict, device):
     value = case.get("grad_output", 1.0)
-    return torch.tensor(0.75) if value == "tensor" else value
+    return torch.tensor(0.75, device=device) if value == "tensor" else value
 
 
-def _run_case(case: dict, rank: int, group) -> dict:
+def _repeated(call, case: dict):
+    """A repeated call (its template), captured in a CUDA graph and replayed, or under the sync-error mode."""
+    call()  # the first call of the shape: plans, compiles, checks the ranks' calls
+    if case.get("graph"):
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()  # warm on the capture stream
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = call()
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        return captured
+    if case.get("no_sync"):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            result = call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return result
+    return call()
+
+
+def _run_case(case: dict, rank: int, group, device) -> dict:
     import torch.distributed as dist
 
-    logits, target, mask = _inputs(case, seed=len(case["name"]) * 7919 + sum(map(ord, case["name"])))
+    logits, target, mask = _inputs(case, len(case["name"]) * 7919 + sum(map(ord, case["name"])), device)
     options = dict(loss=case["loss"], target_format=case["fmt"], loss_mask=mask)
     local_target = target if case["fmt"] == "labels" else _slice(target, rank)
     local_logits = _slice(logits, rank)
@@ -111,11 +156,11 @@ def _run_case(case: dict, rank: int, group) -> dict:
             tp_loss = torch.compile(tp_loss, fullgraph=True, backend="eager")
         loss, grad = step(tp_loss, local_logits, local_target)
     else:
-        grad_output = _grad_output(case)
+        grad_output = _grad_output(case, device)
         reference = kernels.entropy_loss_forward_backward(logits, target, grad_output=grad_output, **options)
-        loss, grad = kernels.entropy_loss_forward_backward(local_logits, local_target, grad_output=grad_output,
-                                                           group=group, tp_design=case["design"], **options)
-    losses = [torch.zeros(()) for _ in range(WORLD)]
+        loss, grad = _repeated(lambda: kernels.entropy_loss_forward_backward(
+            local_logits, local_target, grad_output=grad_output, group=group, tp_design=case["design"], **options), case)
+    losses = [torch.zeros((), device=device) for _ in range(WORLD)]
     dist.all_gather(losses, loss.detach().float().reshape(()), group=group)
     result = {"loss": float(loss), "ref_loss": float(reference[0]), "losses_equal": len({float(v) for v in losses}) == 1}
     if reference[1] is None:
@@ -130,20 +175,21 @@ def _run_case(case: dict, rank: int, group) -> dict:
     return result
 
 
-def _error_case(name: str, rank: int, group) -> str:
+def _error_case(name: str, rank: int, group, device) -> str:
     """Run a call that must fail; returns the error text ('' when nothing was raised)."""
     gen = torch.Generator().manual_seed(5)
-    logits = torch.randn(4, VOCAB // WORLD, generator=gen)
-    labels = torch.randint(0, VOCAB, (4,), generator=gen)
+    logits = torch.randn(4, VOCAB // WORLD, generator=gen).to(device)
+    labels = torch.randint(0, VOCAB, (4,), generator=gen).to(device)
     try:
         if name == "vocab_differs":
             width = VOCAB // WORLD + (rank == 1)
-            kernels.entropy_loss_forward_backward(torch.randn(4, width), labels, group=group, tp_design="all_gather")
+            kernels.entropy_loss_forward_backward(torch.randn(4, width, device=device), labels, group=group,
+                                                  tp_design="all_gather")
         elif name == "labels_differ":
             kernels.entropy_loss_forward_backward(logits, labels + rank, group=group, tp_design="all_gather",
                                                   validate=True)
         elif name == "label_out_of_range":
-            kernels.entropy_loss_forward_backward(logits, torch.full((4,), VOCAB), group=group,
+            kernels.entropy_loss_forward_backward(logits, torch.full((4,), VOCAB, device=device), group=group,
                                                   tp_design="all_gather", validate=True)
         elif name == "variant_with_group":
             kernels.entropy_loss_forward_backward(logits, labels, group=group, variant="fused")
@@ -166,19 +212,27 @@ def _worker(rank: int, port: int, results) -> None:
 
     warnings.filterwarnings("ignore")
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                                timeout=timedelta(seconds=JOB_TIMEOUT_S // 2))
-        group = dist.new_group(list(range(WORLD)), backend="gloo")
+        init = dict(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                    timeout=timedelta(seconds=JOB_TIMEOUT_S // 2))
+        if ON_GPUS:
+            os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+            device = torch.device("cuda", rank)
+            torch.cuda.set_device(device)
+            dist.init_process_group("nccl", device_id=device, **init)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group("gloo", **init)
+        group = dist.new_group(list(range(WORLD)))
         for case in CASES:
             started = time.perf_counter()
             try:
-                outcome = _run_case(case, rank, group)
+                outcome = _run_case(case, rank, group, device)
             except Exception:  # noqa: BLE001 - reported to the test, which fails on it
                 outcome = {"error": traceback.format_exc()}
             outcome["seconds"] = time.perf_counter() - started
             results.put((rank, case["name"], outcome))
         for name in ERROR_CASES:
-            results.put((rank, name, {"error_text": _error_case(name, rank, group)}))
+            results.put((rank, name, {"error_text": _error_case(name, rank, group, device)}))
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001
         results.put((rank, "worker", {"error": traceback.format_exc()}))
@@ -194,11 +248,12 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def job() -> dict:
     """Both ranks' outcomes, by (rank, case name)."""
-    if torch.cuda.is_available():
-        pytest.skip("the two-process CPU job runs without a GPU (the GPU measurement checks the GPU path)")
+    if torch.cuda.is_available() and not ON_GPUS:
+        pytest.skip(f"needs {WORLD} GPUs (or none: then gloo and the interpreter)")
     context = mp.get_context("spawn")
     results = context.Queue()
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if not ON_GPUS:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     port = _free_port()
     workers = [context.Process(target=_worker, args=(rank, port, results), daemon=True) for rank in range(WORLD)]
     for worker in workers:
@@ -257,6 +312,7 @@ def test_bad_calls_raise_on_every_rank(job, name, expected):
         assert all(piece in text for piece in expected), f"rank {rank}: {text!r}"
 
 
+@pytest.mark.skipif(ON_GPUS, reason="on GPUs the timeout is a device-side assert, which ends the CUDA context")
 def test_peer_that_never_calls_times_out(job):
     text = job[(0, "peer_never_calls")]["error_text"]
     assert "vocab-parallel exchange timed out" in text, text
@@ -265,7 +321,7 @@ def test_peer_that_never_calls_times_out(job):
 def test_job_time_is_modest(job):
     """The interpreter is slow; keep the CPU job's cases small (seconds each)."""
     slowest = max(outcome["seconds"] for key, outcome in job.items() if "seconds" in outcome)
-    assert slowest < 30, slowest
+    assert slowest < (120 if ON_GPUS else 30), slowest  # on GPUs a first call compiles and runs auto's search
 
 
 # ---- argument checks that need no second process -------------------------------------------------------------
@@ -299,3 +355,27 @@ def test_bytes_per_rank():
     assert kl["dram"] == elements * 10 and kl["min"] == elements * 6
     with pytest.raises(ValueError, match="design must be"):
         vocab_parallel.bytes_per_rank("ring", **common)
+
+
+def test_measurement_harness_smoke(tmp_path):
+    """perfutils.measure.tensor_parallel end to end on two CPU ranks (gloo, interpreter, host timers): the rows, the
+    checks and the sidecar the GPU run writes, on a tiny shape (times meaningless)."""
+    if torch.cuda.is_available():
+        pytest.skip("the smoke run is the CPU path; on GPUs run the measurement itself")
+    from perfutils.measure import records, tensor_parallel
+
+    code = tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
+                                 "--losses", "cross_entropy/labels"])
+    assert code == 0
+    path = tmp_path / "cpu" / "tensor_parallel.csv"
+    df = records.load_records(path)
+    assert sorted(df["variant"]) == ["tp1-auto", "tp2-all_gather", "tp2-symmetric"]
+    assert (df["status"] == "ok").all(), df[["variant", "status", "error"]]
+    tp2 = df[df["tp"] == 2]
+    assert tp2["ranks_loss_equal"].all() and (tp2["bytes_min"] == 8 * 16 * 4).all()
+    assert set(tp2["collectives"]) == {0, 1}
+    meta = records.load_metadata(path)
+    assert len(meta["ranks"]) == 2 and meta["environment"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
+                                 "--losses", "cross_entropy/labels"]) == 0  # resumes: nothing left to measure
+    assert len(records.load_records(path)) == 3
