@@ -204,6 +204,20 @@ class TemplateCache:
 TEMPLATES = TemplateCache()
 
 
+def call_tensors(logits: torch.Tensor, target: torch.Tensor, target_format: str, loss_mask, grad_output_tensor
+                 ) -> tuple:
+    """A repeated call's tensors as a template takes them: (rows, target rows, labels, mask, grad_output), viewed
+    as the first call's checks flattened them (the key guarantees the same shapes and strides)."""
+    rows = logits if logits.dim() == 2 else logits.view(-1, logits.shape[-1])
+    if target_format == "labels":
+        labels, target_rows = (target if target.dim() == 1 else target.reshape(-1)), None
+    else:
+        labels, target_rows = None, (target if target.dim() == 2 else target.view(-1, target.shape[-1]))
+    mask = loss_mask.reshape(-1).view(torch.uint8) if loss_mask is not None else None
+    grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
+    return rows, target_rows, labels, mask, grad_tensor
+
+
 def call_key(logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, options: tuple) -> tuple:
     """What a template depends on: tensors' metadata, 16-byte alignment (Triton specializes on it) and options."""
     key = (logits.shape, logits.stride(), logits.dtype, logits.device, logits.data_ptr() % 16 == 0,

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
+from .dispatch import TEMPLATES, call_key, call_tensors, can_launch_directly, direct_launch, make_template
 from .launch import Launch
 from .planning import plan_problem
 from .problem import build_problem
@@ -52,14 +52,8 @@ def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output
         if validate:  # templates exist on CUDA only; the CPU path checks every call below
             _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                      ignore_index).check_labels_on_host()
-        rows = logits if logits.dim() == 2 else logits.view(-1, logits.shape[-1])
-        if target_format == "labels":
-            labels, target_rows = (target if target.dim() == 1 else target.reshape(-1)), None
-        else:
-            labels, target_rows = None, (target if target.dim() == 2 else target.view(-1, target.shape[-1]))
-        mask = loss_mask.reshape(-1).view(torch.uint8) if loss_mask is not None else None
-        grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
-        result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
+        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
+        result, grad = template.run(*tensors, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     # First call of this key (or a key that cannot have a template): check, plan, run, keep the template.
     problem = _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,

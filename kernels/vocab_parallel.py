@@ -51,7 +51,8 @@ import torch.distributed as dist
 import triton
 
 from . import ops
-from .dispatch import GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, can_launch_directly, direct_launch
+from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
+                       direct_launch)
 from .launch import Launch
 from .peer_memory import group_barrier, peer_buffers
 from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem,
@@ -483,14 +484,8 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
             check_labels_and_mask(build_vocab_parallel_problem(
                 logits, target, group=group, loss=loss, target_format=target_format, grad_output=grad_value,
                 ignore_index=ignore_index, loss_mask=loss_mask))
-        rows = logits if logits.dim() == 2 else logits.view(-1, logits.shape[-1])
-        if target_format == "labels":
-            labels, target_rows = (target if target.dim() == 1 else target.reshape(-1)), None
-        else:
-            labels, target_rows = None, (target if target.dim() == 2 else target.view(-1, target.shape[-1]))
-        mask = loss_mask.reshape(-1).view(torch.uint8) if loss_mask is not None else None
-        grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
-        result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
+        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
+        result, grad = template.run(*tensors, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     if logits.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("the first vocab-parallel call of a shape cannot be captured in a CUDA graph (it compiles, "

@@ -1,7 +1,7 @@
 """Vocab-parallel losses measured on the GPUs of one host: tp=2 against tp=1, recorded as ``tensor_parallel``.
 
     python -m perfutils.measure.tensor_parallel --out data [--tokens 4096 16384] [--vocab 131072 151936 256000]
-        [--fast-llm PATH] [--budget-s 420]
+        [--fast-llm PATH] [--budget-s 360]
 
 Spawns one process per GPU (NCCL over a localhost TCP store; NVLink multicast off: ``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1`` are set here, for every child). For every
@@ -534,7 +534,7 @@ def main(argv=None) -> int:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--fast-llm", default=os.environ.get("FAST_LLM_PATH"),
                         help="a Fast-LLM checkout (its tensor-parallel path is measured as the peer)")
-    parser.add_argument("--budget-s", type=float, default=420.0,
+    parser.add_argument("--budget-s", type=float, default=360.0,
                         help="start no new shape after this many seconds (rerun to continue)")
     parser.add_argument("--losses", nargs="+", default=[f"{loss}/{fmt}" for loss, fmt in LOSSES],
                         choices=[f"{loss}/{fmt}" for loss, fmt in LOSSES])
