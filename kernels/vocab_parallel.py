@@ -59,7 +59,8 @@ from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, alloc
                       check_block_size, check_num_warps, finisher, next_power_of_2)
 from .prologue import prologue_launch
 from .split_row import cooperative_slots, interpreting
-from .vocab_parallel_exchange import LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel, exchange_kernel
+from .vocab_parallel_exchange import (LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel,
+                                      exchange_kernel)
 from .vocab_parallel_gather import gather_grad_kernel, gather_stats_kernel
 
 TP_DESIGNS = ("auto", "all_gather", "symmetric")

@@ -197,8 +197,8 @@ def exchange_kernel(
         old_width = tl.where(old_valid, width, 0)
         if not COMPUTE_GRAD:
             old_width = 0 * old_width
-        x_old, t_old = load_raw_tiles(logits_ptr + old * logits_stride + start, target_ptr + old * target_stride + start,
-                                      cols, old_width, LOSS, "evict_first")
+        x_old, t_old = load_raw_tiles(logits_ptr + old * logits_stride + start,
+                                      target_ptr + old * target_stride + start, cols, old_width, LOSS, "evict_first")
         if not POLL_FIRST:
             m_x, s_x, m_t, s_t, acc, x_label, timed_out = wait_for_lanes(summaries, LANES, lanes, used, epoch, wanted,
                                                                          wait_limit, LOSS, TIMER)
@@ -220,8 +220,8 @@ def exchange_kernel(
         elif row >= behind:  # a row that does not count: zero loss and gradient
             tl.store(loss_rows_ptr + old, 0.0, mask=chunk == 0)
             if COMPUTE_GRAD:
-                tl.store(grad_ptr + old * n_cols + start + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty),
-                         mask=in_row)
+                tl.store(grad_ptr + old * n_cols + start + cols,
+                         tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_row)
 
         if cur_valid:  # summarise this row's chunk and send it to every rank
             c_m_x, c_s_x, c_m_t, c_s_t, c_acc, _e_x, _e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)

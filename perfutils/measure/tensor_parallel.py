@@ -147,7 +147,9 @@ def check(result_loss, result_grad, ref: dict, rows, columns: slice) -> dict:
     from .timing import rel_err
 
     loss_err = abs(float(result_loss) - ref["loss"]) / max(abs(ref["loss"]), 1e-30)
-    grad_err = rel_err(result_grad[rows].double(), ref["grad_rows"][:, columns]) if result_grad is not None else math.inf
+    grad_err = math.inf
+    if result_grad is not None:
+        grad_err = rel_err(result_grad[rows].double(), ref["grad_rows"][:, columns])
     return {"loss_rel_err": loss_err, "grad_rel_err": grad_err}
 
 
@@ -233,7 +235,8 @@ def _row(loss: str, target_format: str, variant: str, tokens: int, vocab: int, *
 def _bytes_columns(counts: dict, ms: float | None, copy_gbps: float | None) -> dict:
     gbps = counts["min"] / (ms * 1e-3) / 1e9 if ms else None
     return {"bytes_min": counts["min"], "bytes_dram_model": counts["dram"], "bytes_sent": counts["sent"],
-            "bytes_received": counts["received"], "bytes_polled": counts["polled"], "collectives": counts["collectives"],
+            "bytes_received": counts["received"], "bytes_polled": counts["polled"],
+            "collectives": counts["collectives"],
             "gbps": gbps, "pct_of_copy": 100 * gbps / copy_gbps if gbps and copy_gbps else None}
 
 
@@ -417,6 +420,8 @@ def _run(rank, world_size, group, device, args) -> None:
                   "to measure the rest (finished configurations are kept)", flush=True)
         else:
             print(f"done: every configuration of the grid is in {store.path}", flush=True)
+        if store.exists():
+            _print_summary(store.path)
 
 
 def _measure_shape(rank, world_size, group, device, tokens, vocab, todo, copy_gbps, fast_llm, args) -> list:
@@ -487,6 +492,22 @@ def _measure_shape(rank, world_size, group, device, tokens, vocab, todo, copy_gb
 
 def _fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _print_summary(path) -> None:
+    """The recorded step times against tp=1, and issue 16's acceptance per shape (symmetric design)."""
+    import pandas as pd
+
+    from ..plots import tensor_parallel as tpp
+    from .records import load_records
+
+    df = load_records(path)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(tpp.time_table(df).round(3).to_string(index=False))
+        verdict = tpp.acceptance(df)
+        print(f"acceptance (tp2-symmetric <= {tpp.TARGET_RATIO} x tp1, <= Fast-LLM's tp2 where measured): "
+              f"met on {int(verdict['met'].sum())} of {len(verdict)} shapes")
+        print(verdict.round(3).to_string(index=False))
 
 
 def _topology() -> str | None:
