@@ -97,10 +97,13 @@ def gather_stats_kernel(
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
     valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
-    if valid:  # rows that do not count are never combined: their words stay as they are
+    if valid:
         m_x, s_x, m_t, s_t, acc = row_statistics(x_row, t_row, cols, n_cols, LOSS, BLOCK_SIZE)
         x_label = owned_label_logit(x_row, label, col_offset, n_cols, LOSS)
         store_summary(send_ptr + row * WIDTH, 1, m_x, s_x, m_t, s_t, acc, x_label, LOSS)
+    else:  # never combined when every rank agrees the row does not count; NaN (not a stale word) if one does
+        nan = float("nan")
+        store_summary(send_ptr + row * WIDTH, 1, nan, nan, nan, nan, nan, nan, LOSS)
 
 
 @triton.jit

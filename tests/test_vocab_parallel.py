@@ -70,7 +70,7 @@ def _cases() -> list[dict]:
 
 
 CASES = _cases()
-ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group") + (
+ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "mask_differs") + (
     () if ON_GPUS else ("peer_never_calls",))
 
 
@@ -192,6 +192,11 @@ def _error_case(name: str, rank: int, group, device) -> str:
         elif name == "label_out_of_range":
             kernels.entropy_loss_forward_backward(logits, torch.full((4,), VOCAB, device=device), group=group,
                                                   tp_design="all_gather", validate=True)
+        elif name == "mask_differs":  # without validate=True: the rank that counts a row the other skips sees NaN
+            mask = torch.tensor([rank == 0, True, True, True], device=device)
+            loss, _ = kernels.entropy_loss_forward_backward(logits, labels, group=group, tp_design="all_gather",
+                                                            loss_mask=mask)
+            return f"loss {float(loss)}"
         elif name == "variant_with_group":
             kernels.entropy_loss_forward_backward(logits, labels, group=group, variant="fused")
         elif name == "peer_never_calls":  # the same call once on both ranks, then only on rank 0: a bounded wait
@@ -311,6 +316,10 @@ def test_bad_calls_raise_on_every_rank(job, name, expected):
     for rank in range(WORLD):
         text = job[(rank, name)]["error_text"]
         assert all(piece in text for piece in expected), f"rank {rank}: {text!r}"
+
+
+def test_ranks_that_disagree_on_a_row_give_nan_not_a_stale_value(job):
+    assert job[(0, "mask_differs")]["error_text"] == "loss nan"
 
 
 @pytest.mark.skipif(ON_GPUS, reason="on GPUs the timeout is a device-side assert, which ends the CUDA context")
