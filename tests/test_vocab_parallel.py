@@ -35,9 +35,9 @@ import kernels
 from kernels import vocab_parallel
 from conftest import LOSS_FORMATS
 
-JOB_TIMEOUT_S = 300
 WORLD = 2
 ON_GPUS = torch.cuda.device_count() >= WORLD
+JOB_TIMEOUT_S = 480 if ON_GPUS else 300  # on GPUs first calls compile (and run auto's search for the reference)
 VOCAB = 40  # 20 columns per rank
 DESIGNS = ("all_gather", "symmetric")
 TOLERANCE = 1e-5  # fp32 inputs: the split changes only the order of the exact summary combination
