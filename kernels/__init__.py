@@ -5,6 +5,9 @@
     plan = kernels.prepare(logits, target, ...)                # kernel-only: plan.run() -> (loss, grad)
     kernels.reference.entropy_loss(logits, target, ...)        # float64 reference
 
+With ``group=`` (a torch.distributed process group) the vocabulary is split over the group's ranks, each passing
+its slice of the logits (:mod:`kernels.vocab_parallel`: designs "all_gather" and "symmetric").
+
 The first two call the PyTorch operators ``torch.ops.fused_loss.*`` (:mod:`kernels.ops`): no host sync, traceable
 by torch.compile, capturable in CUDA graphs. Variants: "fused" (one program per row, #497 design), "two_pass"
 (stats then gradient, Option B), "split_row" (each row read once, split over co-resident programs) and "auto"

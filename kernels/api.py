@@ -16,7 +16,7 @@ import json
 
 import torch
 
-from . import ops
+from . import ops, vocab_parallel
 from .launch import Plan
 from .planning import PLANNERS, VARIANTS, plan_problem
 from .problem import build_problem, check_block_size, check_num_warps
@@ -35,6 +35,8 @@ def prepare(
     ignore_index: int = -100,
     loss_mask: torch.Tensor | None = None,
     validate: bool = False,
+    group=None,
+    tp_design: str = "auto",
     **variant_options,
 ) -> Plan:
     """Check the arguments and build the launches of one call without running them.
@@ -43,8 +45,16 @@ def prepare(
     kernel-only number; users call :func:`entropy_loss_forward_backward` or :func:`entropy_loss`). Variant
     options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``, ``cooperative``,
     ``schedule`` and ``maxnreg``. ``auto`` and ``split_row`` called without block_size, num_warps and options
-    take their configuration from the GPU's tuning table (``kernels.auto``).
+    take their configuration from the GPU's tuning table (``kernels.auto``). ``group``: see
+    :func:`entropy_loss_forward_backward` (a :class:`kernels.vocab_parallel.VocabParallelPlan`; collective).
     """
+    if group is not None:
+        vocab_parallel.check_call(group, variant, tp_design)
+        return vocab_parallel.prepare(logits, target, group=group, loss=loss, target_format=target_format,
+                                      tp_design=tp_design, block_size=block_size, num_warps=num_warps,
+                                      grad_output=grad_output, ignore_index=ignore_index, loss_mask=loss_mask,
+                                      validate=validate, **variant_options)
+    _no_tp_design(tp_design)
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got {variant!r}")
     if not isinstance(validate, bool):
@@ -93,6 +103,12 @@ def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ig
     return text
 
 
+def _no_tp_design(tp_design) -> None:
+    if tp_design != "auto":
+        raise ValueError(f"tp_design={tp_design!r} needs group= (a torch.distributed process group over which the "
+                         "vocabulary is split)")
+
+
 def _grad_output_args(grad_output) -> tuple[float, torch.Tensor | None, bool]:
     if grad_output is None:
         return 0.0, None, False
@@ -116,6 +132,8 @@ def entropy_loss_forward_backward(
     ignore_index: int = -100,
     loss_mask: torch.Tensor | None = None,
     validate: bool = False,
+    group=None,
+    tp_design: str = "auto",
     **variant_options,
 ):
     """Loss (0-d fp32 tensor) and its gradient with respect to ``logits`` (None when grad_output is None).
@@ -125,10 +143,21 @@ def entropy_loss_forward_backward(
     gradient zeros. The gradient is d(grad_output * loss)/d logits; grad_output may be a float or a one-element
     tensor (read on the device). An out-of-range label gives a NaN loss and gradient and a device-side assert
     (see :mod:`kernels.prologue`); ``validate=True`` raises a ValueError on the host first (one sync).
+
+    ``group`` (a ``torch.distributed`` process group; None: one device holds the whole vocabulary): the vocabulary
+    is split over the group's ranks, each passing its contiguous slice ``logits[..., V / tp]`` (and the same slice of
+    target logits) with the global labels; every rank gets the same loss and the gradient of its slice (see
+    :mod:`kernels.vocab_parallel`; ``tp_design`` "auto" | "all_gather" | "symmetric"; variant must be "auto").
     """
     options = _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
                              variant_options)
     value, tensor, compute_grad = _grad_output_args(grad_output)
+    if group is not None:
+        vocab_parallel.check_call(group, variant, tp_design)
+        result, grad = vocab_parallel.call(logits, target, loss_mask, tensor, value, compute_grad, loss, target_format,
+                                           ignore_index, tp_design, group, block_size, num_warps, options, validate)
+        return result, (grad if compute_grad else None)
+    _no_tp_design(tp_design)
     result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, compute_grad, loss,
                                              target_format, ignore_index, variant, block_size, num_warps, options,
                                              validate)
@@ -172,6 +201,8 @@ def entropy_loss(
     ignore_index: int = -100,
     loss_mask: torch.Tensor | None = None,
     validate: bool = False,
+    group=None,
+    tp_design: str = "auto",
     **variant_options,
 ) -> torch.Tensor:
     """Differentiable loss (torch.autograd); same options as :func:`entropy_loss_forward_backward` except
@@ -186,5 +217,10 @@ def entropy_loss(
             "target requires grad, but kernels.entropy_loss differentiates only with respect to logits: a learnable "
             "target would silently get no gradient. Detach it (target.detach()) or use kernels.reference.entropy_loss"
         )
+    if group is not None:  # the vocabulary split over group's ranks (see entropy_loss_forward_backward)
+        vocab_parallel.check_call(group, variant, tp_design)
+        return vocab_parallel.entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design,
+                                           group, block_size, num_warps, options, validate)
+    _no_tp_design(tp_design)
     return _EntropyLoss.apply(logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size,
                               num_warps, options, validate)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .launch import Plan
-from .problem import Problem
+from .problem import Problem, as_flat, as_rows
 
 # The per-call values a template takes, in the order CallTemplate.run passes them; tensors by identity, and the
 # prologue's grad_output number by parameter name.
@@ -202,6 +202,22 @@ class TemplateCache:
 
 
 TEMPLATES = TemplateCache()
+
+
+def call_tensors(logits: torch.Tensor, target: torch.Tensor, target_format: str, loss_mask, grad_output_tensor
+                 ) -> tuple:
+    """A repeated call's tensors as a template takes them: (rows, target rows, labels, mask, grad_output): the same
+    views (or copies, for layouts the kernels cannot take) as the first call's checks made (the key guarantees the
+    same shapes and strides)."""
+    n_cols = logits.shape[-1]
+    rows = as_rows(logits, n_cols)
+    if target_format == "labels":
+        labels, target_rows = as_flat(target), None
+    else:
+        labels, target_rows = None, as_rows(target, n_cols)
+    mask = as_flat(loss_mask).view(torch.uint8) if loss_mask is not None else None
+    grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
+    return rows, target_rows, labels, mask, grad_tensor
 
 
 def call_key(logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, options: tuple) -> tuple:

@@ -20,10 +20,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
+from .dispatch import TEMPLATES, call_key, call_tensors, can_launch_directly, direct_launch, make_template
 from .launch import Launch
 from .planning import plan_problem
-from .problem import as_flat, as_rows, build_problem
+from .problem import build_problem
 
 NAMESPACE = "fused_loss"
 
@@ -52,16 +52,8 @@ def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output
         if validate:  # templates exist on CUDA only; the CPU path checks every call below
             _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                      ignore_index).check_labels_on_host()
-        # The same views (or copies, for layouts the kernels cannot take) as the first call's checks made.
-        n_cols = logits.shape[-1]
-        rows = as_rows(logits, n_cols)
-        if target_format == "labels":
-            labels, target_rows = as_flat(target), None
-        else:
-            labels, target_rows = None, as_rows(target, n_cols)
-        mask = as_flat(loss_mask).view(torch.uint8) if loss_mask is not None else None
-        grad_tensor = grad_output_tensor.reshape(()) if grad_output_tensor is not None else None
-        result, grad = template.run(rows, target_rows, labels, mask, grad_tensor, float(grad_output))
+        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
+        result, grad = template.run(*tensors, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     # First call of this key (or a key that cannot have a template): check, plan, run, keep the template.
     problem = _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
@@ -156,6 +148,9 @@ def _no_python_modes() -> bool:
 def _plain_eager(*tensors) -> bool:
     return (all(t is None or type(t) is torch.Tensor for t in tensors) and not torch.compiler.is_compiling()
             and _no_python_modes())
+
+
+plain_eager = _plain_eager  # public: kernels.vocab_parallel takes the same shortcut to its operator
 
 
 def call_scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:

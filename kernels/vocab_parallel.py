@@ -1,0 +1,651 @@
+"""Vocab-parallel (tensor-parallel) losses: the logits' vocabulary split over the ranks of a process group.
+
+    loss, grad = kernels.entropy_loss_forward_backward(logits_slice, target, group=tp_group, loss=..., ...)
+    loss = kernels.entropy_loss(logits_slice, target, group=tp_group, ...); loss.backward()
+
+Rank r of a group of tp ranks holds ``logits[..., V_local]``, the columns [r * V_local, (r + 1) * V_local) of a
+vocabulary of V = tp * V_local (every rank the same V_local: V must be divisible by tp), and, for the
+target-distribution losses, the same slice of the target logits. Labels are global ids in [0, V) (or
+ignore_index); labels, loss_mask and grad_output are the same on every rank. Every rank returns the same loss (the
+mean over the rows that count, bit-identical on every rank) and the gradient of that loss with respect to its own
+slice: the concatenation of the ranks' gradients is the single-GPU gradient on the whole vocabulary.
+
+Two designs (``tp_design``):
+
+* ``"all_gather"`` (:mod:`kernels.vocab_parallel_gather`): local statistics, one all-gather of the packed per-row
+  summaries (3 or 5 floats per row and rank), a gradient kernel that reads the slice again. Any backend (NCCL,
+  gloo), any placement of the ranks.
+* ``"symmetric"`` (:mod:`kernels.vocab_parallel_exchange`): one kernel per rank reads each logit once from DRAM and
+  exchanges the per-row summaries with its peers' kernels directly, through symmetric memory over NVLink
+  (:mod:`kernels.peer_memory`); no collective launch, bounded waits. Ranks of one host only.
+* ``"auto"``: symmetric on CUDA when every rank of the group runs on one host (checked at the first call of a shape)
+  and the interpreter is off; all_gather otherwise.
+
+DRAM bytes per rank and element of the slice (bf16), against the minimum of one read of every input and one write
+of the gradient (see :func:`bytes_per_rank`): cross-entropy from labels 6 (all_gather) or 4 (symmetric) vs 4;
+the target-distribution losses 10 or 6 vs 6.
+
+Host side: the first call of a shape (and options) on a group checks, on the host, that every rank makes the same
+call (one ``all_gather_object``: shapes, dtypes, loss, options, a ValueError naming what differs) and builds the
+launches; later calls fill a stored template (:mod:`kernels.dispatch`), launch the compiled kernels directly, and
+nothing in them synchronizes with the host. The first call must not be inside a CUDA-graph capture (it compiles,
+allocates symmetric memory and talks to the peers); later calls can be captured. All calls of one group must come
+from one stream per rank (like NCCL's). ``validate=True`` also checks on the host, each call, that labels lie in
+[0, V) and that labels and loss_mask are the same on every rank (a ValueError on every rank, two collectives).
+
+torch.compile: the calls go through the operator ``torch.ops.fused_loss.vocab_parallel_forward_backward`` (the
+group travels by name); its collectives run inside the operator, which graphs hold as one opaque call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import triton
+
+from . import ops
+from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
+                       direct_launch)
+from .launch import Launch
+from .peer_memory import group_barrier, peer_buffers
+from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem,
+                      check_block_size, check_num_warps, finisher, next_power_of_2)
+from .prologue import prologue_launch
+from .split_row import cooperative_slots, interpreting
+from .vocab_parallel_exchange import (LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel,
+                                      exchange_kernel)
+from .vocab_parallel_gather import gather_grad_kernel, gather_stats_kernel
+
+TP_DESIGNS = ("auto", "all_gather", "symmetric")
+DEFAULT_TIMEOUT_S = 30.0  # the longest a symmetric-design program waits for one row's summaries
+INTERPRETER_POLLS_PER_S = 1000  # the interpreter has no clock: a wait is counted in polls (about 1 ms each)
+# Extra per-call tensors of a template, after kernels.dispatch.ROLES.
+TP_ROLES = ROLES + ("send", "recv", "peers", "state")
+SEND, RECV, PEERS, STATE = (TP_ROLES.index(role) for role in ("send", "recv", "peers", "state"))
+OPTIONS = {"all_gather": (), "symmetric": ("timeout_s", "lag", "poll_first")}
+CE_LABELS_CODE = LOSS_CODES[("cross_entropy", "labels")]
+
+
+def summary_width(loss_code: int) -> int:
+    """Words of one slice's row summary: (m_x, s_x, label logit) for cross-entropy from labels, else
+    (m_x, s_x, m_t, s_t, acc)."""
+    return 3 if loss_code == CE_LABELS_CODE else 5
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------------------------
+
+
+def check_group(group) -> None:
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("group= needs an initialized torch.distributed (torch.distributed.init_process_group)")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed.ProcessGroup (or None), got {type(group).__name__}")
+    if group.rank() < 0:
+        raise ValueError("this process is not a member of group: only the group's ranks may call the loss with it")
+
+
+@dataclass
+class VocabParallelProblem:
+    """A loss call on one rank's slice of the vocabulary: the local :class:`~kernels.problem.Problem` plus where the
+    slice lies in the whole vocabulary."""
+
+    problem: Problem  # n_cols = V_local
+    group: Any
+    rank: int
+    world_size: int
+
+    @property
+    def vocab(self) -> int:
+        return self.problem.n_cols * self.world_size
+
+    @property
+    def col_offset(self) -> int:
+        return self.rank * self.problem.n_cols
+
+
+def build_vocab_parallel_problem(logits, target, *, group, loss, target_format, grad_output, ignore_index,
+                                 loss_mask) -> VocabParallelProblem:
+    check_group(group)
+    problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_output,
+                            ignore_index=ignore_index, loss_mask=loss_mask)
+    return VocabParallelProblem(problem, group, group.rank(), group.size())
+
+
+def call_signature(vp: VocabParallelProblem, design: str, config: tuple) -> dict:
+    """What every rank's call must agree on (checked at the first call of a shape)."""
+    problem = vp.problem
+    return {
+        "rows": problem.n_rows,
+        "vocab per rank": problem.n_cols,
+        "logits dtype": str(problem.logits.dtype),
+        "target dtype": str(problem.target.dtype) if problem.target is not None else None,
+        "loss": (problem.loss, problem.target_format),
+        "ignore_index": problem.ignore_index,
+        "loss_mask given": problem.mask is not None,
+        "gradient": problem.compute_grad,
+        "grad_output kind": "tensor" if problem.grad_output_tensor is not None else "number",
+        "tp_design": design,
+        "configuration": config,
+        "device type": problem.logits.device.type,
+    }
+
+
+def check_same_call(vp: VocabParallelProblem, signature: dict) -> set[str]:
+    """Every rank's signature (one ``all_gather_object``): a ValueError on every rank naming what differs; returns
+    the host names of the ranks (the symmetric design needs one host)."""
+    mine = dict(signature, host=socket.gethostname())
+    everyone: list = [None] * vp.world_size
+    dist.all_gather_object(everyone, mine, group=vp.group)
+    differences = []
+    for name in signature:
+        values = [entry[name] for entry in everyone]
+        if any(value != values[0] for value in values):
+            differences.append(f"{name}: " + ", ".join(f"rank {rank} {value!r}" for rank, value in enumerate(values)))
+    if differences:
+        raise ValueError(
+            "the ranks of the group made different vocab-parallel loss calls (every rank holds its slice of the same "
+            "vocabulary, V = tp * V_local, so every rank must pass the same shapes and options; V must be divisible "
+            "by tp): " + "; ".join(differences)
+        )
+    return {entry["host"] for entry in everyone}
+
+
+def check_labels_and_mask(vp: VocabParallelProblem) -> None:
+    """validate=True: labels in [0, V) or ignore_index, and labels and loss_mask identical on every rank. Two
+    collectives and a sync; the same ValueError on every rank."""
+    problem = vp.problem
+    device = problem.logits.device
+    local = []
+    if problem.labels is not None:
+        labels = problem.labels.long()
+        bad = ((labels < 0) | (labels >= vp.vocab)) & (labels != problem.ignore_index)
+        local.append(("labels", labels))
+    else:
+        bad = torch.zeros(problem.n_rows, dtype=torch.bool, device=device)
+    if problem.mask is not None:
+        local.append(("loss_mask", problem.mask.long()))
+    flags = torch.tensor([float(bad.sum()), 0.0, 0.0], device=device)
+    for index, (name, values) in enumerate(local):
+        gathered = torch.empty(vp.world_size * values.numel(), dtype=values.dtype, device=device)
+        all_gather_into(gathered, values.contiguous(), vp.group)
+        rows = gathered.view(vp.world_size, -1)
+        flags[1 + index] = (rows != rows[:1]).any().float()
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=vp.group)
+    count, labels_differ, mask_differs = (float(value) for value in flags.tolist())
+    if count:
+        raise ValueError(f"target (labels) must lie in [0, {vp.vocab}) (the whole vocabulary, tp * V_local) or equal "
+                         f"ignore_index={problem.ignore_index}; a rank holds {int(count)} that do not")
+    names = [name for name, _ in local]
+    differing = [name for name, flag in zip(names, (labels_differ, mask_differs)) if flag]
+    if differing:
+        raise ValueError(f"{' and '.join(differing)} differ between the ranks of the group: every rank must pass the "
+                         "same labels and loss_mask (only the logits are split over the vocabulary)")
+
+
+def all_gather_into(output: torch.Tensor, tensor: torch.Tensor, group) -> None:
+    """Every rank's ``tensor`` into ``output`` (rank-major), one collective."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch >= 2.13 renames it
+    gather(output, tensor, group=group)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Collective:
+    """A plan step that is not a kernel: an all-gather of ``send`` into ``recv`` over ``group``."""
+
+    name: str
+    send: torch.Tensor
+    recv: torch.Tensor
+    group: Any
+
+    def __call__(self) -> None:
+        all_gather_into(self.recv, self.send, self.group)
+
+
+@dataclass
+class VocabParallelPlan:
+    """The steps of one vocab-parallel call (the prologue first), run in order by ``run()`` -> (loss, grad)."""
+
+    design: str
+    steps: list  # Launch | Collective
+    finish: Callable[[], tuple[Any, Any]]
+    config: dict = field(default_factory=dict)
+    buffers: dict = field(default_factory=dict, repr=False)  # workspace, grad, loss, send, recv, peers, state
+    problem: VocabParallelProblem | None = field(default=None, repr=False)
+
+    @property
+    def launches(self) -> list[Launch]:
+        return [step for step in self.steps if isinstance(step, Launch)]
+
+    def run(self) -> tuple[Any, Any]:
+        for step in self.steps:
+            step()
+        return self.finish()
+
+
+def _prologue(vp: VocabParallelProblem, workspace, loss) -> Launch:
+    """The project's prologue, with labels checked against the whole vocabulary."""
+    launch = prologue_launch(vp.problem, workspace, loss)
+    launch.args["n_cols"] = vp.vocab
+    return launch
+
+
+def default_gather_config(n_cols: int) -> tuple[int, int]:
+    block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 8192)
+    return block_size, min(8, max(4, block_size // 1024))
+
+
+def plan_all_gather(vp: VocabParallelProblem, block_size: int | None, num_warps: int | None) -> VocabParallelPlan:
+    problem = vp.problem
+    default_block, default_warps = default_gather_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    width = summary_width(problem.loss_code)
+    workspace, loss, grad = allocate_outputs(problem)
+    device = problem.logits.device
+    send = torch.zeros(problem.n_rows * width, dtype=torch.float32, device=device)
+    recv = torch.empty(vp.world_size * problem.n_rows * width, dtype=torch.float32, device=device)
+    steps: list = [_prologue(vp, workspace, loss)]
+    if problem.n_rows:
+        steps += [
+            Launch("vocab_parallel.stats", gather_stats_kernel, (problem.n_rows,),
+                   dict(problem.input_args(), send_ptr=send, ignore_index=problem.ignore_index,
+                        col_offset=vp.col_offset),
+                   dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, WIDTH=width, BLOCK_SIZE=block_size),
+                   num_warps=num_warps),
+            Collective("vocab_parallel.all_gather", send, recv, vp.group),
+            Launch("vocab_parallel.grad", gather_grad_kernel, (problem.n_rows,),
+                   dict(problem.loss_args(workspace, loss, grad), recv_ptr=recv, col_offset=vp.col_offset),
+                   dict(problem.loss_constexprs(), TP=vp.world_size, TP_POW2=max(2, next_power_of_2(vp.world_size)),
+                        WIDTH=width, BLOCK_SIZE=block_size),
+                   num_warps=num_warps),
+        ]
+    return VocabParallelPlan(
+        "all_gather", steps, finisher(problem, loss, grad),
+        {"block_size": block_size, "num_warps": num_warps, "summary_words": width},
+        dict(workspace=workspace, grad=grad, loss=loss, send=send, recv=recv), vp,
+    )
+
+
+def default_exchange_config(n_cols: int) -> tuple[int, int]:
+    """split_row's default chunks (4K columns, 4 warps); the interpreter runs one program per rank, so one chunk."""
+    if interpreting():
+        return max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4
+    return min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4096), 4
+
+
+def check_exchange_options(timeout_s, lag, poll_first) -> tuple[float, int, bool | None]:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 3600 \
+            or not math.isfinite(timeout_s):
+        raise ValueError(f"timeout_s must be a number of seconds in (0, 3600), got {timeout_s!r}")
+    if isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= 8:
+        raise ValueError(f"lag must be an int in [1, 8] (steps between reading a row and finishing it), got {lag!r}")
+    if poll_first not in (None, True, False):
+        raise TypeError(f"poll_first must be None, True or False, got {poll_first!r}")
+    return float(timeout_s), lag, poll_first
+
+
+def plan_symmetric(vp: VocabParallelProblem, block_size: int | None, num_warps: int | None, *,
+                   timeout_s: float = DEFAULT_TIMEOUT_S, lag: int = LAG_STEPS,
+                   poll_first: bool | None = None) -> VocabParallelPlan:
+    problem = vp.problem
+    timeout_s, lag, poll_first = check_exchange_options(timeout_s, lag, poll_first)
+    default_block, default_warps = default_exchange_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    num_chunks = triton.cdiv(problem.n_cols, block_size)
+    on_interpreter = interpreting()
+    if on_interpreter and num_chunks > 1:
+        raise ValueError(
+            f"under the Triton interpreter the symmetric design runs one program per rank, so one chunk must cover "
+            f"the slice: block_size >= {problem.n_cols} (at most {MAX_BLOCK_SIZE}), got {block_size}"
+        )
+    width = summary_width(problem.loss_code)
+    lanes = vp.world_size * num_chunks
+    half_words = max(problem.n_rows, 1) * width * lanes
+    workspace, loss, grad = allocate_outputs(problem)
+    buffers = dict(workspace=workspace, grad=grad, loss=loss)
+    steps: list = [_prologue(vp, workspace, loss)]
+    config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks, "summary_words": width,
+              "lag": lag, "timeout_s": timeout_s}
+    if problem.n_rows:
+        peers = peer_buffers(vp.group, problem.logits.device, 2 * half_words)
+        if peers.rank != vp.rank or peers.world_size != vp.world_size:
+            raise RuntimeError(f"symmetric memory numbers this rank {peers.rank} of {peers.world_size}, the group "
+                               f"{vp.rank} of {vp.world_size}")
+        poll_first = poll_first if poll_first is not None else problem.loss_code == CE_LABELS_CODE
+        main = Launch(
+            "vocab_parallel.exchange", exchange_kernel, (num_chunks,),
+            dict(problem.loss_args(workspace, loss, grad), peers_ptr=peers.table, state_ptr=peers.state, n_slots=1,
+                 col_offset=vp.col_offset, rank=vp.rank, half_words=half_words,
+                 wait_limit=(max(1, int(timeout_s * INTERPRETER_POLLS_PER_S)) if on_interpreter
+                             else int(timeout_s * 1e9))),
+            dict(problem.loss_constexprs(), TP=vp.world_size, NUM_CHUNKS=num_chunks,
+                 LANES_POW2=max(2, next_power_of_2(lanes)), WIDTH=width, BLOCK_SIZE=block_size, LAG=lag,
+                 POLL_FIRST=poll_first, TIMER=not on_interpreter),
+            num_warps=num_warps,
+        )
+        if not on_interpreter:  # a persistent grid no larger than what the GPU holds at once (split_row's sizing)
+            n_slots, resident = cooperative_slots(main, problem.n_rows, num_chunks)
+            if n_slots < 1:
+                raise ValueError(f"the symmetric design cannot run: a row needs {num_chunks} programs at once but the "
+                                 f"device holds only {resident} of this kernel; use a larger block_size")
+            main.grid = (n_slots * num_chunks,)
+            config.update(programs=n_slots * num_chunks, resident_programs=resident)
+        steps += [main, Launch("vocab_parallel.epilogue", exchange_epilogue_kernel, (1,), dict(state_ptr=peers.state),
+                               dict(MESSAGE=TIMEOUT_MESSAGE), num_warps=1)]
+        if not problem.logits.is_cuda:
+            steps.append(functools.partial(check_timeout, peers.state))
+        buffers.update(peers=peers.table, state=peers.state)
+        config.update(exchange_backing=peers.backing, peers_words=2 * half_words)
+    return VocabParallelPlan("symmetric", steps, finisher(problem, loss, grad), config, buffers, vp)
+
+
+def resolve_design(tp_design: str, vp: VocabParallelProblem, hosts: set[str] | None) -> str:
+    if tp_design != "auto":
+        return tp_design
+    on_one_host = hosts is not None and len(hosts) == 1
+    return "symmetric" if vp.problem.logits.is_cuda and on_one_host and not interpreting() else "all_gather"
+
+
+def plan_vocab_parallel(vp: VocabParallelProblem, design: str, block_size, num_warps, options: dict
+                        ) -> VocabParallelPlan:
+    unknown = sorted(set(options) - set(OPTIONS[design]))
+    if unknown:
+        raise TypeError(f"tp_design {design!r} does not take option(s) {unknown} (it takes {list(OPTIONS[design])})")
+    if design == "all_gather":
+        return plan_all_gather(vp, block_size, num_warps)
+    return plan_symmetric(vp, block_size, num_warps, **options)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Repeated calls: templates
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _AllGatherSlot:
+    group: Any
+
+    def __call__(self, tensors: list, stream: int) -> None:
+        all_gather_into(tensors[RECV], tensors[SEND], self.group)
+
+
+@dataclass
+class VocabParallelTemplate:
+    """A first call's plan with its per-call tensors taken out (see kernels.dispatch.CallTemplate): a repeated call
+    allocates the loss and the gradient and runs the stored direct launches and collective. Workspace and
+    all-gather buffers are kept between calls (calls of a group come from one stream), fresh under graph capture."""
+
+    steps: list
+    shapes: dict  # role -> shape of the kept buffers
+    grad_shape: tuple | None
+    grad_dtype: torch.dtype
+    out_shape: tuple
+    device: torch.device
+    peers_words: int
+    group: Any
+    kept: dict = field(default_factory=dict)
+
+    def run(self, rows, target, labels, mask, grad_output, grad_output_value: float):
+        device = self.device
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        loss = torch.empty((), dtype=torch.float32, device=device)
+        grad = torch.empty(self.grad_shape, dtype=self.grad_dtype, device=device) if self.grad_shape else None
+        capturing = torch.cuda.is_current_stream_capturing()
+        kept = {}
+        for role, shape in self.shapes.items():
+            buffer = None if capturing else self.kept.get(role)
+            if buffer is None:
+                buffer = torch.empty(shape, dtype=torch.float32, device=device)
+                if not capturing:
+                    self.kept[role] = buffer
+            kept[role] = buffer
+        tensors: list = [rows, target, labels, mask, grad_output, grad, kept["workspace"], loss, grad_output_value,
+                         kept.get("send"), kept.get("recv"), None, None]
+        if self.peers_words:
+            peers = peer_buffers(self.group, device, self.peers_words)  # a dictionary lookup once allocated
+            tensors[PEERS], tensors[STATE] = peers.table, peers.state
+        for step in self.steps:
+            step(tensors, stream)
+        return loss, (grad.view(self.out_shape) if grad is not None else None)
+
+
+def make_template(vp: VocabParallelProblem, plan: VocabParallelPlan) -> VocabParallelTemplate | None:
+    problem = vp.problem
+    if not can_launch_directly(problem.logits.device):
+        return None
+    buffers = plan.buffers
+    by_identity = {}
+    for role, tensor in zip(TP_ROLES, (problem.logits, problem.target, problem.labels, problem.mask,
+                                       problem.grad_output_tensor, buffers.get("grad"), buffers["workspace"],
+                                       buffers["loss"], None, buffers.get("send"), buffers.get("recv"),
+                                       buffers.get("peers"), buffers.get("state"))):
+        if tensor is not None:
+            by_identity.setdefault(id(tensor), TP_ROLES.index(role))
+    steps = []
+    for step in plan.steps:
+        if isinstance(step, Collective):
+            steps.append(_AllGatherSlot(step.group))
+            continue
+        scalar_slots = {"grad_output": GRAD_OUTPUT_VALUE} if step.name == "prologue" else {}
+        direct = direct_launch(step, by_identity, scalar_slots)
+        if direct is None:
+            return None
+        steps.append(direct)
+    grad = buffers.get("grad")
+    shapes = {role: tuple(buffers[role].shape) for role in ("workspace", "send", "recv") if role in buffers}
+    peers = buffers.get("peers")
+    return VocabParallelTemplate(
+        steps, shapes, tuple(grad.shape) if grad is not None else None, problem.logits.dtype, problem.out_shape,
+        problem.logits.device, plan.config.get("peers_words", 0) if peers is not None else 0, vp.group,
+    )
+
+
+TEMPLATES = TemplateCache()
+_HOSTS: dict = {}  # the calls checked across the ranks (group, signature) -> the hosts the ranks run on
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The call
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_design(tp_design) -> str:
+    if tp_design not in TP_DESIGNS:
+        raise ValueError(f"tp_design must be one of {', '.join(map(repr, TP_DESIGNS))}, got {tp_design!r}")
+    return tp_design
+
+
+def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output: float, compute_grad: bool,
+                     loss: str, target_format: str, ignore_index: int, tp_design: str, group, block_size,
+                     num_warps, options: str, validate: bool):
+    """The operator's implementation, with the group object: (loss, grad) on this rank (an empty grad when
+    compute_grad is false)."""
+    key = call_key(logits, target, loss_mask, grad_output_tensor,
+                   (compute_grad, loss, target_format, ignore_index, tp_design, group.group_name, block_size,
+                    num_warps, options, validate))
+    template = TEMPLATES.get(key)
+    grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
+    if template:
+        if validate:
+            check_labels_and_mask(build_vocab_parallel_problem(
+                logits, target, group=group, loss=loss, target_format=target_format, grad_output=grad_value,
+                ignore_index=ignore_index, loss_mask=loss_mask))
+        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
+        result, grad = template.run(*tensors, float(grad_output))
+        return result, (grad if grad is not None else logits.new_empty(0))
+    if logits.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("the first vocab-parallel call of a shape cannot be captured in a CUDA graph (it compiles, "
+                           "allocates symmetric memory and checks the ranks' calls on the host): call it once before "
+                           "capturing")
+    plan = prepare(logits, target, group=group, loss=loss, target_format=target_format, tp_design=tp_design,
+                   block_size=block_size, num_warps=num_warps, grad_output=grad_value, ignore_index=ignore_index,
+                   loss_mask=loss_mask, validate=validate, **(json.loads(options) if options else {}))
+    if plan.design == "symmetric" and template is False:  # a first call: every rank has compiled the kernel that
+        group_barrier(group, logits.device)  # waits for its peers; start them together
+    result, grad = plan.run()
+    if template is False and not (logits.is_cuda and torch.cuda.is_current_stream_capturing()):
+        TEMPLATES.put(key, make_template(plan.problem, plan))
+    return result, (grad if grad is not None else logits.new_empty(0))
+
+
+def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format: str = "labels",
+            tp_design: str = "auto", block_size=None, num_warps=None, grad_output=1.0, ignore_index: int = -100,
+            loss_mask=None, validate: bool = False, **options) -> VocabParallelPlan:
+    """Check the arguments (the first call of a shape also checks that every rank makes the same call: collective)
+    and build the steps of one call without running them; ``plan.run()`` -> (loss, grad), callable again (every rank
+    must run it the same number of times)."""
+    _check_design(tp_design)
+    vp = build_vocab_parallel_problem(logits, target, group=group, loss=loss, target_format=target_format,
+                                      grad_output=grad_output, ignore_index=ignore_index, loss_mask=loss_mask)
+    config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
+    signature = call_signature(vp, tp_design, config)
+    agreed = (group.group_name, json.dumps(signature, sort_keys=True, default=str))
+    if agreed not in _HOSTS:
+        _HOSTS[agreed] = check_same_call(vp, signature)
+    if validate:
+        check_labels_and_mask(vp)
+    design = resolve_design(tp_design, vp, _HOSTS[agreed])
+    return plan_vocab_parallel(vp, design, block_size, num_warps, options)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The operator and the public calls
+# --------------------------------------------------------------------------------------------------------------
+
+_LIBRARY = torch.library.Library(ops.NAMESPACE, "FRAGMENT")
+_LIBRARY.define(
+    "vocab_parallel_forward_backward(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? grad_output_tensor, "
+    "float grad_output, bool compute_grad, str loss, str target_format, int ignore_index, str tp_design, "
+    "str group_name, int? block_size, int? num_warps, str options, bool validate) -> (Tensor, Tensor)"
+)
+
+
+def _resolve_group(group_name: str):
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._resolve_process_group(group_name)
+
+
+def _operator(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+              ignore_index, tp_design, group_name, block_size, num_warps, options, validate):
+    return forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss,
+                            target_format, ignore_index, tp_design, _resolve_group(group_name), block_size, num_warps,
+                            options, validate)
+
+
+_LIBRARY.impl("vocab_parallel_forward_backward", _operator, "CUDA")
+_LIBRARY.impl("vocab_parallel_forward_backward", _operator, "CPU")
+
+
+@torch.library.register_fake(f"{ops.NAMESPACE}::vocab_parallel_forward_backward")
+def _operator_fake(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+                   ignore_index, tp_design, group_name, block_size, num_warps, options, validate):
+    grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
+    build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_value,
+                  ignore_index=ignore_index, loss_mask=loss_mask)
+    grad = logits.new_empty(logits.shape) if compute_grad else logits.new_empty(0)
+    return logits.new_empty((), dtype=torch.float32), grad
+
+
+operator = torch.ops.fused_loss.vocab_parallel_forward_backward.default
+
+
+def call(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+         ignore_index, tp_design, group, block_size, num_warps, options, validate):
+    """The operator as the public calls reach it: its implementation directly in plain eager mode (like
+    kernels.ops.call_forward_backward), the operator (group by name) under tracing or dispatch modes."""
+    if ops.plain_eager(logits, target, loss_mask, grad_output_tensor):
+        return forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss,
+                                target_format, ignore_index, tp_design, group, block_size, num_warps, options,
+                                validate)
+    return operator(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
+                    ignore_index, tp_design, group.group_name, block_size, num_warps, options, validate)
+
+
+def check_call(group, variant, tp_design) -> None:
+    """What the public calls check, beyond their own argument checks, before a vocab-parallel call."""
+    check_group(group)
+    if variant != "auto":
+        raise ValueError(f"with group=, variant must be 'auto' (got {variant!r}): the vocab-parallel losses have their "
+                         "own kernels; choose them with tp_design='all_gather' or 'symmetric'")
+    _check_design(tp_design)
+
+
+class _VocabParallelLoss(torch.autograd.Function):
+    """Like kernels.api's autograd function: the gradient for grad_output = 1 comes with the forward; backward
+    scales it in place by the incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
+                num_warps, options, validate):
+        compute_grad = ctx.needs_input_grad[0]
+        result, grad = call(logits, target, loss_mask, None, 1.0, compute_grad, loss, target_format, ignore_index,
+                            tp_design, group, block_size, num_warps, options, validate)
+        ctx.save_for_backward(grad)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            raise RuntimeError("kernels.entropy_loss(group=...) has no second derivative: double backward / "
+                               "create_graph=True through it is not supported")
+        (grad,) = ctx.saved_tensors
+        ops.call_scale_gradient_(grad, grad_loss)
+        return (grad,) + (None,) * 11
+
+
+def entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
+                 num_warps, options, validate) -> torch.Tensor:
+    """kernels.entropy_loss with group= (its arguments checked by it)."""
+    return _VocabParallelLoss.apply(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group,
+                                    block_size, num_warps, options, validate)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Bytes
+# --------------------------------------------------------------------------------------------------------------
+
+
+def bytes_per_rank(design: str, *, loss: str, target_format: str, n_rows: int, vocab: int, world_size: int,
+                   element_size: int = 2, num_chunks: int | None = None) -> dict:
+    """The bytes one rank moves for one call, by design ("tp1" for one GPU holding the whole vocabulary).
+
+    ``min``: one read of every input element and one write of the gradient (labels, masks, summaries are noise);
+    ``dram``: the design's DRAM traffic (all_gather reads its slices twice; symmetric and tp1 at the minimum, the
+    second read coming from L2); ``sent`` / ``received``: bytes leaving / reaching the rank's GPU for the exchange
+    (NCCL's ring all-gather moves (tp - 1) shares each way; the symmetric design's NVLink stores, 8-byte tagged
+    words); ``polled``: the symmetric design's reads of its own exchange buffer (L2, at least once per word and
+    chunk); ``collectives``: collective launches per call."""
+    inputs = 1 if target_format == "labels" else 2
+    width = 3 if target_format == "labels" else 5
+    v_local = vocab // world_size if design != "tp1" else vocab
+    elements = n_rows * v_local
+    minimum = elements * element_size * (inputs + 1)
+    result = {"min": minimum, "dram": minimum, "sent": 0, "received": 0, "polled": 0, "collectives": 0}
+    if design == "all_gather":
+        share = n_rows * width * 4
+        result.update(dram=elements * element_size * (2 * inputs + 1), sent=(world_size - 1) * share,
+                      received=(world_size - 1) * share, collectives=1)
+    elif design == "symmetric":
+        chunks = num_chunks or triton.cdiv(v_local, 4096)
+        words = n_rows * chunks * width * 8
+        result.update(sent=(world_size - 1) * words, received=(world_size - 1) * words,
+                      polled=n_rows * chunks * world_size * chunks * width * 8)
+    elif design != "tp1":
+        raise ValueError(f"design must be 'tp1', 'all_gather' or 'symmetric', got {design!r}")
+    return result

@@ -1,0 +1,153 @@
+"""Figures and tables of the tensor-parallel notebook (10): functions of the ``tensor_parallel`` records.
+
+Variants in the data: ``tp1-auto`` (one GPU, the whole vocabulary), ``tp2-all_gather``, ``tp2-symmetric`` (the two
+designs of :mod:`kernels.vocab_parallel`) and ``tp2-fast_llm`` (Fast-LLM's tensor-parallel path). Times are per
+step (tp=2: the slower rank's); bytes are per rank.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from . import figures  # noqa: E402  (fixes svg.hashsalt)
+from .sweeps import loss_label  # noqa: E402
+
+TP1 = "tp1-auto"
+TP2_DESIGNS = ("tp2-all_gather", "tp2-symmetric", "tp2-fast_llm")
+LABELS = {TP1: "tp=1 (one GPU, auto)", "tp2-all_gather": "tp=2 all_gather (ours)",
+          "tp2-symmetric": "tp=2 symmetric (ours)", "tp2-fast_llm": "tp=2 Fast-LLM"}
+TARGET_RATIO = 0.6  # issue 16's acceptance: tp=2 step time <= 0.6 x tp=1 at vocab >= 131072
+SHAPE = ["loss", "target_format", "tokens", "vocab"]
+
+
+def bytes_frame(tokens: list[int], vocabs: list[int], world_size: int = 2, element_size: int = 2) -> pd.DataFrame:
+    """The byte model per rank for every loss, shape and design (no measurement needed): min, DRAM, exchange."""
+    from kernels.vocab_parallel import bytes_per_rank
+    from perfutils.measure.tensor_parallel import LOSSES, fast_llm_bytes
+
+    rows = []
+    for loss, fmt in LOSSES:
+        for n_rows in tokens:
+            for vocab in vocabs:
+                common = dict(loss=loss, target_format=fmt, n_rows=n_rows, vocab=vocab, element_size=element_size)
+                designs = {TP1: bytes_per_rank("tp1", world_size=1, **common)}
+                for design in ("all_gather", "symmetric"):
+                    designs[f"tp2-{design}"] = bytes_per_rank(design, world_size=world_size, **common)
+                designs["tp2-fast_llm"] = fast_llm_bytes(fmt, n_rows, vocab, world_size, element_size)
+                for variant, counts in designs.items():
+                    elements = n_rows * vocab // (1 if variant == TP1 else world_size)
+                    rows.append(dict(loss=loss, target_format=fmt, tokens=n_rows, vocab=vocab, variant=variant,
+                                     bytes_min=counts["min"], bytes_dram_model=counts["dram"],
+                                     bytes_sent=counts["sent"], bytes_received=counts["received"],
+                                     bytes_polled=counts["polled"], collectives=counts["collectives"],
+                                     dram_bytes_per_element=counts["dram"] / elements,
+                                     min_bytes_per_element=counts["min"] / elements))
+    return pd.DataFrame(rows)
+
+
+def plot_bytes_per_rank(frame: pd.DataFrame, *, tokens: int, vocab: int, title: str = "") -> plt.Figure:
+    """DRAM bytes one rank moves per step, by design, against the minimum (one read of each input, one write of
+    the gradient) of its share of the vocabulary: GB, one group of bars per loss."""
+    figures.check_frame(frame, ["variant", "tokens", "vocab", "bytes_dram_model", "bytes_min"], "frame")
+    data = frame[(frame["tokens"] == tokens) & (frame["vocab"] == vocab)].copy()
+    if data.empty:
+        raise ValueError(f"no rows for {tokens} tokens x vocab {vocab}")
+    data["label"] = loss_label(data)
+    data["design"] = data["variant"].map(LABELS)
+    data["GB"] = data["bytes_dram_model"] / 1e9
+    order = [LABELS[v] for v in (TP1, *TP2_DESIGNS) if v in set(data["variant"])]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    sns.barplot(data=data, x="label", y="GB", hue="design", hue_order=order, ax=ax, palette="tab10")
+    minimum = data[data["variant"] != TP1].groupby("label", sort=False)["bytes_min"].first() / 1e9
+    for index, text in enumerate(t.get_text() for t in ax.get_xticklabels()):
+        if text in minimum:
+            ax.hlines(minimum[text], index - 0.45, index + 0.45, color="black", linestyle="--", linewidth=1,
+                      label="tp=2 minimum per rank" if index == 0 else None)
+    ax.set_xlabel("")
+    ax.set_ylabel("DRAM GB per rank per step (model)")
+    ax.legend(fontsize=7)
+    ax.set_title(f"{tokens} tokens × vocab {vocab}, bf16" + (f" · {title}" if title else ""), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def time_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per shape: each variant's step time (ms, ok rows only), tp=2 over tp=1, and over Fast-LLM's tp=2."""
+    figures.check_frame(df, SHAPE + ["variant", "ms_median", "status"], "df")
+    ok = df[df["status"] == "ok"]
+    wide = ok.pivot_table(index=SHAPE, columns="variant", values="ms_median", aggfunc="min")
+    out = wide.reset_index()
+    out.columns.name = None
+    for design in ("tp2-all_gather", "tp2-symmetric", "tp2-fast_llm"):
+        if design in out and TP1 in out:
+            out[f"{design} / tp1"] = out[design] / out[TP1]
+    for design in ("tp2-all_gather", "tp2-symmetric"):
+        if design in out and "tp2-fast_llm" in out:
+            out[f"{design} / fast_llm"] = out[design] / out["tp2-fast_llm"]
+    return out.sort_values(SHAPE).reset_index(drop=True)
+
+
+def acceptance(df: pd.DataFrame, design: str = "tp2-symmetric", min_vocab: int = 131072) -> pd.DataFrame:
+    """Issue 16's acceptance per shape: ``design`` at most TARGET_RATIO x tp=1 (vocab >= min_vocab) and no slower
+    than Fast-LLM's tp=2 where it ran; ``met`` is both."""
+    table = time_table(df)
+    table = table[table["vocab"] >= min_vocab]
+    ratio = table.get(f"{design} / tp1", pd.Series(np.nan, index=table.index))
+    versus_peer = table.get(f"{design} / fast_llm", pd.Series(np.nan, index=table.index))
+    out = table[SHAPE].copy()
+    out["ratio_to_tp1"] = ratio
+    out["ratio_to_fast_llm"] = versus_peer
+    out["within_0.6"] = ratio <= TARGET_RATIO
+    out["not_slower_than_fast_llm"] = versus_peer.isna() | (versus_peer <= 1.0)
+    out["met"] = out["within_0.6"] & out["not_slower_than_fast_llm"]
+    return out.reset_index(drop=True)
+
+
+def plot_ratio_to_tp1(df: pd.DataFrame, *, title: str = "") -> plt.Figure:
+    """tp=2 step time over the tp=1 step time, per shape and design; 0.5 is a perfect split, 0.6 the target."""
+    table = time_table(df)
+    designs = [d for d in TP2_DESIGNS if f"{d} / tp1" in table]
+    if not designs:
+        raise ValueError("no shape has both a tp=1 and a tp=2 time")
+    long = table.melt(id_vars=SHAPE, value_vars=[f"{d} / tp1" for d in designs], var_name="design",
+                      value_name="ratio").dropna(subset=["ratio"])
+    long["design"] = long["design"].str.removesuffix(" / tp1").map(LABELS)
+    long["label"] = loss_label(long)
+    long["shape"] = long["tokens"].astype(str) + " × " + long["vocab"].astype(str)
+    labels = list(dict.fromkeys(long.sort_values(["loss", "target_format"])["label"]))
+    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.8), sharey=True, squeeze=False)
+    order = [LABELS[d] for d in designs]
+    for ax, label in zip(axes[0], labels):
+        part = long[long["label"] == label]
+        sns.barplot(data=part, x="shape", y="ratio", hue="design", hue_order=order, ax=ax, palette="tab10")
+        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.axhline(TARGET_RATIO, color="red", linestyle="--", linewidth=1)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("tokens × vocab")
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.legend().remove()
+    axes[0][0].set_ylabel("tp=2 time / tp=1 time")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, bbox_to_anchor=(0.5, 1.02))
+    fig.suptitle(("step time relative to one GPU; dotted 0.5 = perfect split, dashed 0.6 = target"
+                  + (f" · {title}" if title else "")), fontsize=9, y=1.08)
+    fig.tight_layout()
+    return fig
+
+
+def communication_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per tp=2 variant and shape: collectives per step and the bytes a rank sends, receives and polls for the
+    exchange, against the DRAM bytes it moves (model) and the step time."""
+    figures.check_frame(df, SHAPE + ["variant", "collectives", "bytes_sent", "bytes_dram_model"], "df")
+    data = df[df["variant"] != TP1].copy()
+    columns = SHAPE + ["variant", "collectives", "bytes_sent", "bytes_received", "bytes_polled", "bytes_dram_model"]
+    columns += [c for c in ("ms_median", "ms_batch", "ms_median_rank0", "ms_median_rank1") if c in data]
+    out = data[columns].copy()
+    out["exchange_share_of_dram"] = (out["bytes_sent"] + out["bytes_received"]) / out["bytes_dram_model"]
+    return out.sort_values(SHAPE + ["variant"]).reset_index(drop=True)

@@ -1,0 +1,72 @@
+"""perfutils.plots.tensor_parallel: the byte model frame, the tables and the figures, on a synthetic records frame."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from perfutils.plots import tensor_parallel as tpp  # noqa: E402
+from perfutils.plots.figures import save_figure  # noqa: E402
+
+GPU = "NVIDIA H200"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def records() -> pd.DataFrame:
+    """A frame shaped like data/<gpu>/tensor_parallel.csv (times invented for the test, not measurements)."""
+    model = tpp.bytes_frame([4096], [131072, 256000])
+    rows = []
+    for row in model.itertuples():
+        ms = {"tp1-auto": 1.0, "tp2-all_gather": 0.75, "tp2-symmetric": 0.55, "tp2-fast_llm": 0.8}[row.variant]
+        ms *= row.vocab / 131072
+        rows.append(dict(row._asdict(), ms_median=ms, status="ok", gpu_name=GPU, ms_batch=ms,
+                         ms_median_rank0=ms, ms_median_rank1=ms * 0.98))
+    frame = pd.DataFrame(rows).drop(columns=["Index"])
+    frame.loc[(frame["variant"] == "tp2-symmetric") & (frame["vocab"] == 256000) & (frame["loss"] == "reverse_kl"),
+              "ms_median"] = 2.0 * 0.7  # one shape misses the target
+    return frame
+
+
+def test_bytes_frame_counts_what_the_designs_move():
+    frame = tpp.bytes_frame([4096], [131072])
+    per = frame.set_index(["loss", "target_format", "variant"])["dram_bytes_per_element"]
+    assert per[("cross_entropy", "labels", "tp2-all_gather")] == 6 and per[("cross_entropy", "labels", "tp2-symmetric")] == 4
+    assert per[("reverse_kl", "logits", "tp2-all_gather")] == 10 and per[("reverse_kl", "logits", "tp2-symmetric")] == 6
+    assert per[("reverse_kl", "logits", "tp2-fast_llm")] == 10 and per[("reverse_kl", "logits", "tp1-auto")] == 6
+    assert set(frame["collectives"]) == {0, 1, 3, 5}
+
+
+def test_time_table_and_acceptance():
+    table = tpp.time_table(records())
+    assert table["tp2-symmetric / tp1"].min() == pytest.approx(0.55)
+    verdict = tpp.acceptance(records())
+    assert len(verdict) == 8 and verdict["met"].sum() == 7
+    missed = verdict[~verdict["met"]].iloc[0]
+    assert missed["loss"] == "reverse_kl" and missed["vocab"] == 256000 and not missed["within_0.6"]
+
+
+def test_communication_table():
+    table = tpp.communication_table(records())
+    assert set(table["variant"]) == {"tp2-all_gather", "tp2-symmetric", "tp2-fast_llm"}
+    assert (table["exchange_share_of_dram"] < 0.01).all()
+
+
+def test_figures_render(tmp_path):
+    fig = tpp.plot_ratio_to_tp1(records(), title=GPU)
+    assert save_figure(fig, tmp_path / "ratio")
+    fig = tpp.plot_bytes_per_rank(tpp.bytes_frame([4096], [131072]), tokens=4096, vocab=131072)
+    assert save_figure(fig, tmp_path / "bytes")
+    with pytest.raises(ValueError, match="no rows"):
+        tpp.plot_bytes_per_rank(tpp.bytes_frame([4096], [131072]), tokens=1, vocab=131072)
+    with pytest.raises(ValueError, match="missing columns"):
+        tpp.time_table(pd.DataFrame({"loss": []}))

@@ -1,0 +1,401 @@
+"""Vocab-parallel losses (kernels.vocab_parallel) on two processes: gloo and the Triton interpreter without a GPU,
+NCCL and compiled kernels on a machine with two GPUs.
+
+Two spawned ranks each hold half of the vocabulary. Every case runs the loss with ``group=`` on the halves and the
+single-process call on the whole vocabulary, and checks the loss (the same on both ranks, bit for bit) and the
+concatenated gradient against the single-process result, for the four losses and both designs ("all_gather", and
+"symmetric", whose exchange runs through /dev/shm files under the interpreter), with ignore_index, loss_mask,
+grad_output (number, tensor, None), batch dimensions, autograd and torch.compile. Bad calls: ranks that disagree
+(shapes, labels), labels outside the whole vocabulary, a peer that never calls (the bounded wait's error).
+
+On two GPUs the job adds cases the interpreter cannot run in reasonable time or at all: rows split into several
+chunks over persistent grids (large vocabularies), a repeated call captured in a CUDA graph and replayed, and a
+repeated call under ``torch.cuda.set_sync_debug_mode("error")`` (no host sync); the peer that never calls is left
+out there (its device-side assert ends the CUDA context).
+
+The two ranks run every case in one job (module fixture); a job that hangs is killed after ``JOB_TIMEOUT_S`` and the
+tests fail. The argument checks that need no second process run in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import kernels
+from kernels import vocab_parallel
+from conftest import LOSS_FORMATS
+
+WORLD = 2
+ON_GPUS = torch.cuda.device_count() >= WORLD
+JOB_TIMEOUT_S = 480 if ON_GPUS else 300  # on GPUs first calls compile (and run auto's search for the reference)
+VOCAB = 40  # 20 columns per rank
+DESIGNS = ("all_gather", "symmetric")
+TOLERANCE = 1e-5  # fp32 inputs: the split changes only the order of the exact summary combination
+
+
+def _cases() -> list[dict]:
+    cases = []
+    for loss, fmt in LOSS_FORMATS:
+        for design in DESIGNS:
+            base = dict(loss=loss, fmt=fmt, design=design)
+            cases.append(dict(base, name=f"{loss}-{fmt}-{design}-batch", shape=(2, 3), grad_output=0.5))
+            cases.append(dict(base, name=f"{loss}-{fmt}-{design}-mask", shape=(6,), mask=True, grad_output="tensor"))
+            cases.append(dict(base, name=f"{loss}-{fmt}-{design}-autograd", shape=(5,), autograd=True))
+    cases.append(dict(name="reverse_kl-logits-symmetric-bf16", loss="reverse_kl", fmt="logits", design="symmetric",
+                      shape=(4,), dtype=torch.bfloat16, grad_output=1.0))
+    cases.append(dict(name="cross_entropy-labels-all_gather-forward_only", loss="cross_entropy", fmt="labels",
+                      design="all_gather", shape=(4,), grad_output=None))
+    cases.append(dict(name="cross_entropy-labels-symmetric-no_rows_count", loss="cross_entropy", fmt="labels",
+                      design="symmetric", shape=(3,), all_ignored=True, grad_output=1.0))
+    cases.append(dict(name="forward_kl-logits-all_gather-compiled", loss="forward_kl", fmt="logits",
+                      design="all_gather", shape=(3,), autograd=True, compiled=True))
+    if ON_GPUS:
+        for loss, fmt in (("cross_entropy", "labels"), ("reverse_kl", "logits")):
+            for design in DESIGNS:
+                base = dict(loss=loss, fmt=fmt, design=design, vocab=65536, dtype=torch.bfloat16)
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-large", shape=(1000,), mask=True))
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-graph", shape=(512,), graph=True))
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-no_sync", shape=(512,), no_sync=True))
+    return cases
+
+
+CASES = _cases()
+ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "mask_differs") + (
+    () if ON_GPUS else ("peer_never_calls",))
+
+
+def _inputs(case: dict, seed: int, device):
+    gen = torch.Generator().manual_seed(seed)
+    dtype = case.get("dtype", torch.float32)
+    shape = case["shape"]
+    vocab = case.get("vocab", VOCAB)
+    logits = (torch.randn(*shape, vocab, generator=gen) * 3).to(dtype)
+    if case["fmt"] == "labels":
+        target = torch.randint(0, vocab, shape, generator=gen)
+        target.view(-1)[0] = -100
+        if case.get("all_ignored"):
+            target.fill_(-100)
+    else:
+        target = (torch.randn(*shape, vocab, generator=gen) * 3).to(dtype)
+    mask = None
+    if case.get("mask"):
+        mask = torch.rand(shape, generator=gen) > 0.4
+        mask.view(-1)[1] = False
+        mask = mask.to(device)
+    return logits.to(device), target.to(device), mask
+
+
+def _slice(tensor: torch.Tensor, rank: int) -> torch.Tensor:
+    width = tensor.shape[-1] // WORLD
+    return tensor[..., rank * width:(rank + 1) * width].contiguous()
+
+
+def _grad_output(case: dict, device):
+    value = case.get("grad_output", 1.0)
+    return torch.tensor(0.75, device=device) if value == "tensor" else value
+
+
+def _repeated(call, case: dict):
+    """A repeated call (its template), captured in a CUDA graph and replayed, or under the sync-error mode."""
+    call()  # the first call of the shape: plans, compiles, checks the ranks' calls
+    if case.get("graph"):
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()  # warm on the capture stream
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = call()
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        return captured
+    if case.get("no_sync"):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            result = call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return result
+    return call()
+
+
+def _run_case(case: dict, rank: int, group, device) -> dict:
+    import torch.distributed as dist
+
+    logits, target, mask = _inputs(case, len(case["name"]) * 7919 + sum(map(ord, case["name"])), device)
+    options = dict(loss=case["loss"], target_format=case["fmt"], loss_mask=mask)
+    local_target = target if case["fmt"] == "labels" else _slice(target, rank)
+    local_logits = _slice(logits, rank)
+    if case.get("autograd"):
+        scale = 3.0
+
+        def step(loss_fn, x, t):
+            x = x.clone().requires_grad_(True)
+            value = loss_fn(x, t)
+            (value * scale).backward()
+            return value.detach(), x.grad
+
+        def tp_loss(x, t):
+            return kernels.entropy_loss(x, t, group=group, tp_design=case["design"], **options)
+
+        reference = step(lambda x, t: kernels.entropy_loss(x, t, **options), logits, target)
+        if case.get("compiled"):  # Dynamo traces the call (no graph break); the operator runs the collectives
+            tp_loss = torch.compile(tp_loss, fullgraph=True, backend="eager")
+        loss, grad = step(tp_loss, local_logits, local_target)
+    else:
+        grad_output = _grad_output(case, device)
+        reference = kernels.entropy_loss_forward_backward(logits, target, grad_output=grad_output, **options)
+        loss, grad = _repeated(lambda: kernels.entropy_loss_forward_backward(
+            local_logits, local_target, grad_output=grad_output, group=group, tp_design=case["design"], **options), case)
+    losses = [torch.zeros((), device=device) for _ in range(WORLD)]
+    dist.all_gather(losses, loss.detach().float().reshape(()), group=group)
+    result = {"loss": float(loss), "ref_loss": float(reference[0]), "losses_equal": len({float(v) for v in losses}) == 1}
+    if reference[1] is None:
+        result["grad_is_none"] = grad is None
+    else:
+        assert grad is not None and grad.shape == local_logits.shape and grad.dtype == local_logits.dtype
+        pieces = [torch.empty_like(grad) for _ in range(WORLD)]
+        dist.all_gather(pieces, grad.contiguous(), group=group)
+        full = torch.cat(pieces, dim=-1).double()
+        ref = reference[1].double()
+        result["grad_err"] = float((full - ref).norm() / ref.norm().clamp(min=1e-30))
+    return result
+
+
+def _error_case(name: str, rank: int, group, device) -> str:
+    """Run a call that must fail; returns the error text ('' when nothing was raised)."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(4, VOCAB // WORLD, generator=gen).to(device)
+    labels = torch.randint(0, VOCAB, (4,), generator=gen).to(device)
+    try:
+        if name == "vocab_differs":
+            width = VOCAB // WORLD + (rank == 1)
+            kernels.entropy_loss_forward_backward(torch.randn(4, width, device=device), labels, group=group,
+                                                  tp_design="all_gather")
+        elif name == "labels_differ":
+            kernels.entropy_loss_forward_backward(logits, labels + rank, group=group, tp_design="all_gather",
+                                                  validate=True)
+        elif name == "label_out_of_range":
+            kernels.entropy_loss_forward_backward(logits, torch.full((4,), VOCAB, device=device), group=group,
+                                                  tp_design="all_gather", validate=True)
+        elif name == "mask_differs":  # without validate=True: the rank that counts a row the other skips sees NaN
+            mask = torch.tensor([rank == 0, True, True, True], device=device)
+            loss, _ = kernels.entropy_loss_forward_backward(logits, labels, group=group, tp_design="all_gather",
+                                                            loss_mask=mask)
+            return f"loss {float(loss)}"
+        elif name == "variant_with_group":
+            kernels.entropy_loss_forward_backward(logits, labels, group=group, variant="fused")
+        elif name == "peer_never_calls":  # the same call once on both ranks, then only on rank 0: a bounded wait
+            call = dict(group=group, tp_design="symmetric", timeout_s=0.05)
+            kernels.entropy_loss_forward_backward(logits, labels, **call)
+            if rank == 0:
+                kernels.entropy_loss_forward_backward(logits, labels, **call)
+            else:
+                return "not called on this rank"
+    except Exception as error:  # noqa: BLE001 - the text is what the test checks
+        return f"{type(error).__name__}: {error}"
+    return ""
+
+
+def _worker(rank: int, port: int, results) -> None:
+    import warnings
+
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    try:
+        init = dict(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                    timeout=timedelta(seconds=JOB_TIMEOUT_S // 2))
+        if ON_GPUS:
+            os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+            device = torch.device("cuda", rank)
+            torch.cuda.set_device(device)
+            dist.init_process_group("nccl", device_id=device, **init)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group("gloo", **init)
+        group = dist.new_group(list(range(WORLD)))
+        for case in CASES:
+            started = time.perf_counter()
+            try:
+                outcome = _run_case(case, rank, group, device)
+            except Exception:  # noqa: BLE001 - reported to the test, which fails on it
+                outcome = {"error": traceback.format_exc()}
+            outcome["seconds"] = time.perf_counter() - started
+            results.put((rank, case["name"], outcome))
+        for name in ERROR_CASES:
+            results.put((rank, name, {"error_text": _error_case(name, rank, group, device)}))
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        results.put((rank, "worker", {"error": traceback.format_exc()}))
+    results.put((rank, "done", {}))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def job() -> dict:
+    """Both ranks' outcomes, by (rank, case name)."""
+    if torch.cuda.is_available() and not ON_GPUS:
+        pytest.skip(f"needs {WORLD} GPUs (or none: then gloo and the interpreter)")
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    if not ON_GPUS:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    port = _free_port()
+    workers = [context.Process(target=_worker, args=(rank, port, results), daemon=True) for rank in range(WORLD)]
+    for worker in workers:
+        worker.start()
+    outcomes: dict = {}
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    finished = 0
+    try:
+        while finished < WORLD:
+            try:
+                rank, name, outcome = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"the two-rank job did not finish within {JOB_TIMEOUT_S} s (a hang); got {sorted(outcomes)}")
+            if name == "done":
+                finished += 1
+            else:
+                outcomes[(rank, name)] = outcome
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.kill()
+    for rank in range(WORLD):
+        assert "error" not in outcomes.get((rank, "worker"), {}), outcomes[(rank, "worker")]["error"]
+    return outcomes
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+def test_matches_single_process(job, case):
+    for rank in range(WORLD):
+        outcome = job[(rank, case["name"])]
+        assert "error" not in outcome, f"rank {rank}: {outcome['error']}"
+        tolerance = 1e-2 if case.get("dtype") == torch.bfloat16 else TOLERANCE
+        assert outcome["losses_equal"], f"the ranks returned different losses ({case['name']})"
+        ref = outcome["ref_loss"]
+        assert abs(outcome["loss"] - ref) <= tolerance * max(abs(ref), 1e-6), (outcome["loss"], ref)
+        if "grad_is_none" in outcome:
+            assert outcome["grad_is_none"]
+        else:
+            assert outcome["grad_err"] <= tolerance, f"rank {rank}: concatenated gradient rel err {outcome['grad_err']}"
+
+
+def test_no_counted_rows_give_zero(job):
+    assert job[(0, "cross_entropy-labels-symmetric-no_rows_count")]["loss"] == 0.0
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("vocab_differs", ("ValueError", "vocab per rank", "rank 1 21")),
+    ("labels_differ", ("ValueError", "labels differ between the ranks")),
+    ("label_out_of_range", ("ValueError", "[0, 40)")),
+    ("variant_with_group", ("ValueError", "variant must be 'auto'")),
+])
+def test_bad_calls_raise_on_every_rank(job, name, expected):
+    for rank in range(WORLD):
+        text = job[(rank, name)]["error_text"]
+        assert all(piece in text for piece in expected), f"rank {rank}: {text!r}"
+
+
+def test_ranks_that_disagree_on_a_row_give_nan_not_a_stale_value(job):
+    assert job[(0, "mask_differs")]["error_text"] == "loss nan"
+
+
+@pytest.mark.skipif(ON_GPUS, reason="on GPUs the timeout is a device-side assert, which ends the CUDA context")
+def test_peer_that_never_calls_times_out(job):
+    text = job[(0, "peer_never_calls")]["error_text"]
+    assert "vocab-parallel exchange timed out" in text, text
+
+
+def test_job_time_is_modest(job):
+    """The interpreter is slow; keep the CPU job's cases small (seconds each)."""
+    slowest = max(outcome["seconds"] for key, outcome in job.items() if "seconds" in outcome)
+    assert slowest < (120 if ON_GPUS else 30), slowest  # on GPUs a first call compiles and runs auto's search
+
+
+# ---- argument checks that need no second process -------------------------------------------------------------
+
+
+def test_group_needs_initialized_distributed():
+    x, t = torch.randn(2, 8), torch.randint(0, 8, (2,))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        kernels.entropy_loss_forward_backward(x, t, group=object())
+
+
+def test_tp_design_needs_group():
+    x, t = torch.randn(2, 8), torch.randint(0, 8, (2,))
+    with pytest.raises(ValueError, match="needs group="):
+        kernels.entropy_loss_forward_backward(x, t, tp_design="symmetric")
+    with pytest.raises(ValueError, match="needs group="):
+        kernels.entropy_loss(x, t, tp_design="all_gather")
+
+
+def test_bytes_per_rank():
+    common = dict(loss="cross_entropy", target_format="labels", n_rows=4096, vocab=131072, world_size=2)
+    tp1 = vocab_parallel.bytes_per_rank("tp1", **common)
+    gather = vocab_parallel.bytes_per_rank("all_gather", **common)
+    symmetric = vocab_parallel.bytes_per_rank("symmetric", **common)
+    elements = 4096 * 65536
+    assert tp1["min"] == 2 * gather["min"] == 4096 * 131072 * 4
+    assert gather["dram"] == elements * 6 and symmetric["dram"] == gather["min"] == elements * 4
+    assert gather["collectives"] == 1 and symmetric["collectives"] == 0
+    assert gather["sent"] == 4096 * 3 * 4 and symmetric["sent"] == 4096 * 16 * 3 * 8
+    kl = vocab_parallel.bytes_per_rank("all_gather", **dict(common, loss="reverse_kl", target_format="logits"))
+    assert kl["dram"] == elements * 10 and kl["min"] == elements * 6
+    with pytest.raises(ValueError, match="design must be"):
+        vocab_parallel.bytes_per_rank("ring", **common)
+
+
+def test_measurement_harness_smoke(tmp_path):
+    """perfutils.measure.tensor_parallel end to end on two CPU ranks (gloo, interpreter, host timers): the rows, the
+    checks and the sidecar the GPU run writes, on a tiny shape (times meaningless)."""
+    if torch.cuda.is_available():
+        pytest.skip("the smoke run is the CPU path; on GPUs run the measurement itself")
+    from perfutils.measure import records, tensor_parallel
+
+    code = tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
+                                 "--losses", "cross_entropy/labels"])
+    assert code == 0
+    path = tmp_path / "cpu" / "tensor_parallel.csv"
+    df = records.load_records(path)
+    assert sorted(df["variant"]) == ["tp1-auto", "tp2-all_gather", "tp2-symmetric"]
+    assert (df["status"] == "ok").all(), df[["variant", "status", "error"]]
+    tp2 = df[df["tp"] == 2]
+    assert tp2["ranks_loss_equal"].all() and (tp2["bytes_min"] == 8 * 16 * 4).all()
+    assert set(tp2["collectives"]) == {0, 1}
+    meta = records.load_metadata(path)
+    assert len(meta["ranks"]) == 2 and meta["environment"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
+                                 "--losses", "cross_entropy/labels"]) == 0  # resumes: nothing left to measure
+    assert len(records.load_records(path)) == 3
+    # Notebook 10 (kept as .pending until GPU data exists) replays these rows on the CPU.
+    import papermill
+
+    root = Path(__file__).resolve().parents[1]
+    notebook = tmp_path / "10_tensor_parallel.ipynb"
+    notebook.write_bytes((root / "notebooks" / "10_tensor_parallel.ipynb.pending").read_bytes())
+    papermill.execute_notebook(str(notebook), str(tmp_path / "executed.ipynb"), cwd=str(root), progress_bar=False,
+                               parameters=dict(MODE="replay", DATA_DIR=str(tmp_path), FIG_DIR=str(tmp_path / "figs"),
+                                               GPU="cpu", TOKENS=[8], VOCABS=[32]))
+    assert (tmp_path / "figs" / "10_tp2_vs_tp1.svg").exists() and (tmp_path / "figs" / "10_bytes_per_rank.svg").exists()
