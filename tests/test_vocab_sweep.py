@@ -485,3 +485,13 @@ def test_readme_vocab_sweep_results_are_generated_from_the_data():
         pytest.skip("no vocab_sweep.csv recorded yet (the GPU run comes first; then the README gets "
                     "`python -m perfutils.plots.summary --vocab-sweep`)")
     assert summary.vocab_sweep_table(gpu_dir) in (REPO / "README.md").read_text()
+
+
+def test_narrow_keeps_a_part_of_a_stage_and_refuses_unknown_names():
+    stage = vocab_sweep.find_stage("peers-4096-1")
+    part = vocab_sweep.narrow(stage, vocabs=[32000, 50257], providers=["fast_llm"])
+    assert part.vocabs == tuple(v for v in stage.vocabs if v in (32000, 50257)) and part.providers == ("fast_llm",)
+    with pytest.raises(ValueError, match="not in the grid"):
+        vocab_sweep.narrow(stage, vocabs=[12345])
+    with pytest.raises(ValueError, match="providers"):
+        vocab_sweep.narrow(stage, providers=["nobody"])

@@ -31,13 +31,13 @@ import argparse
 import itertools
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 __all__ = [
     "FP32_VOCABS", "LOSSES", "PEER_16K_VOCABS", "PEERS", "PROJECT", "QUACK_REFERENCE", "QUACK_STUDY", "STAGE_BUDGET_S",
     "STUDY", "Stage", "TOKENS", "VOCABS", "cpu_dry_run", "estimate_seconds", "find_stage", "fits", "main",
-    "quack_reference_frame", "run_stage", "stage_rows", "stages", "stages_table", "write_quack_reference",
+    "narrow", "quack_reference_frame", "run_stage", "stage_rows", "stages", "stages_table", "write_quack_reference",
 ]
 
 STUDY = "vocab_sweep"
@@ -206,6 +206,22 @@ def find_stage(name: str) -> Stage:
     return known[name]
 
 
+def narrow(stage: Stage, vocabs: Iterable[int] | None = None, providers: Iterable[str] | None = None) -> Stage:
+    """A stage restricted to some of its vocabularies and providers (a device session too short for the whole
+    grid measures a part of it; the rest stays missing, and a later run of the full stage fills it in)."""
+    if vocabs is not None:
+        unknown = sorted(set(vocabs) - set(VOCABS))
+        if unknown:
+            raise ValueError(f"vocab {unknown} is not in the grid {VOCABS}")
+    if providers is not None:
+        unknown = sorted(set(providers) - set(PROJECT) - set(PEERS))
+        if unknown:
+            raise ValueError(f"providers {unknown} are not among {PROJECT + PEERS}")
+    kept_vocabs = tuple(v for v in stage.vocabs if vocabs is None or v in set(vocabs))
+    kept_providers = tuple(p for p in stage.providers if providers is None or p in set(providers))
+    return replace(stage, vocabs=kept_vocabs, providers=kept_providers)
+
+
 def stages_table():
     """One row per stage: providers, tokens, dtype, vocabs, rows (per provider) and estimated minutes."""
     import pandas as pd
@@ -334,6 +350,8 @@ def main(argv=None) -> int:
     run.add_argument("--out", default="data")
     run.add_argument("--budget-minutes", type=float, default=7.0,
                      help="start no configuration after this many minutes (run again to resume)")
+    run.add_argument("--vocab", type=int, nargs="+", default=None, help="only these vocabularies of the stages")
+    run.add_argument("--providers", nargs="+", default=None, help="only these providers of the stages")
     dry = commands.add_parser("dry-run", help="CPU, TRITON_INTERPRET=1: a tiny stage through the whole path")
     dry.add_argument("--out", default=None, help="data folder (default: a new temporary folder)")
     quack = commands.add_parser("quack-reference", help="write the quoted quack figures (no GPU)")
@@ -363,7 +381,7 @@ def main(argv=None) -> int:
         print(f"wrote {write_quack_reference(args.out)}")
         return 0
     try:
-        chosen = [find_stage(name) for name in args.stage]  # every name checked before the GPU is touched
+        chosen = [narrow(find_stage(name), args.vocab, args.providers) for name in args.stage]  # checked before the GPU
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
