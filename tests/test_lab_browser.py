@@ -206,7 +206,7 @@ def explorer_occupancy(state: dict):
 
 def expected_text(state: dict) -> str:
     """What the explorer must print for these widget values."""
-    import perfutils.plot_occupancy as pocc
+    import perfutils.plots.occupancy as pocc
 
     naive = pocc.triton_tutorial_blocks_per_sm(max(state["regs"], 1), state["threads"] // 32,
                                                state["shared_kib"] * 1024, state["cc"])
