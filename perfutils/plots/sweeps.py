@@ -1,4 +1,5 @@
-"""Figures of the sweep and case-study notebooks (01, 02): functions of a tidy DataFrame (records schema)."""
+"""Figures of the block-size sweep notebook (01) and shared helpers (best_per_group): functions of a tidy DataFrame
+(records schema). The case study's figures are in :mod:`perfutils.plots.case_study`."""
 
 from __future__ import annotations
 
@@ -105,29 +106,6 @@ def best_per_group(df: pd.DataFrame, by=("loss", "target_format", "vocab", "vari
     ok = df[df["status"] == "ok"]
     idx = ok.groupby(list(by), dropna=False)["ms_median"].idxmin()
     return ok.loc[idx].sort_values(list(by)).reset_index(drop=True)
-
-
-def plot_case_study(df: pd.DataFrame, *, order: list[str] | None = None, title: str = "") -> plt.Figure:
-    """% of copy bandwidth and peak memory per provider/variant, one group of bars per vocab."""
-    data = _ok(df)
-    data = data.copy()
-    data["label"] = data["case_label"] if "case_label" in data else data["variant"]
-    order = order or list(dict.fromkeys(data["label"]))
-    fig, (ax_bw, ax_mem) = plt.subplots(1, 2, figsize=(12, 4))
-    sns.barplot(data=data, x="vocab", y="pct_of_copy", hue="label", hue_order=order, ax=ax_bw, palette="tab10")
-    ax_bw.set_ylabel("% of measured copy bandwidth")
-    ax_bw.set_xlabel("vocab")
-    ax_bw.axhline(100, color="grey", linestyle="--", linewidth=1)
-    ax_bw.legend(fontsize=7, ncol=2)
-    if "peak_mem_bytes" in data and data["peak_mem_bytes"].notna().any():
-        data["peak_gib"] = pd.to_numeric(data["peak_mem_bytes"], errors="coerce") / 2**30
-        sns.barplot(data=data, x="vocab", y="peak_gib", hue="label", hue_order=order, ax=ax_mem, palette="tab10")
-        ax_mem.set_ylabel("peak memory above inputs (GiB)")
-        ax_mem.set_xlabel("vocab")
-        ax_mem.legend(fontsize=7, ncol=2)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
 
 
 def speedup_table(df: pd.DataFrame, baseline: str = "torch_compile") -> pd.DataFrame:
