@@ -6,7 +6,8 @@ Nothing here states a result; every part is read from a file:
 
 * title and introduction: README.md's first heading and first paragraph;
 * GPU, versions and dates: the JSON sidecars in ``data/<gpu-slug>/`` (``benchmark.json`` describes the GPU);
-* the results table: ``perfutils.plots.summary.benchmark_table`` (the README's table) from ``benchmark.csv``;
+* the results table (the README's): ``perfutils.plots.summary.vocab_sweep_table`` from ``vocab_sweep.csv`` (else
+  ``benchmark_table`` from ``benchmark.csv``);
 * a notebook's title and question: its first markdown cell (the heading, and the sentences ending in "?"
   of the first paragraph that asks one; else that cell's first sentence);
 * a notebook's main figure: the first figure its code saves (its first ``save_figure(..., "NN_name")``),
@@ -153,7 +154,8 @@ def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
 def results_html(gpu_dir: Path) -> str:
     from .plots import summary
 
-    text = summary.benchmark_table(gpu_dir)
+    # The public-call sweep once recorded; before it, the earlier kernel-only benchmark.
+    text = summary.vocab_sweep_table(gpu_dir) if (gpu_dir / "vocab_sweep.csv").exists() else summary.benchmark_table(gpu_dir)
     rendered = markdown_html(text).replace("<table>", '<table class="results">', 1)
     return rendered.replace("<p>", '<p class="note">')
 
