@@ -1,4 +1,5 @@
-"""perfutils.plots.tensor_parallel: the byte model frame, the tables and the figures, on a synthetic records frame."""
+"""perfutils.plots.tensor_parallel (tables, figures) and the byte model of perfutils.measure.tensor_parallel, on a
+synthetic records frame."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from perfutils.measure.tensor_parallel import bytes_model  # noqa: E402
 from perfutils.plots import tensor_parallel as tpp  # noqa: E402
 from perfutils.plots.figures import save_figure  # noqa: E402
 
@@ -24,7 +26,7 @@ def _close_figures():
 
 def records() -> pd.DataFrame:
     """A frame shaped like data/<gpu>/tensor_parallel.csv (times invented for the test, not measurements)."""
-    model = tpp.bytes_frame([4096], [131072, 256000])
+    model = bytes_model([4096], [131072, 256000])
     rows = []
     for row in model.itertuples():
         ms = {"tp1-auto": 1.0, "tp2-all_gather": 0.75, "tp2-symmetric": 0.55, "tp2-fast_llm": 0.8}[row.variant]
@@ -37,10 +39,11 @@ def records() -> pd.DataFrame:
     return frame
 
 
-def test_bytes_frame_counts_what_the_designs_move():
-    frame = tpp.bytes_frame([4096], [131072])
+def test_bytes_model_counts_what_the_designs_move():
+    frame = bytes_model([4096], [131072])
     per = frame.set_index(["loss", "target_format", "variant"])["dram_bytes_per_element"]
-    assert per[("cross_entropy", "labels", "tp2-all_gather")] == 6 and per[("cross_entropy", "labels", "tp2-symmetric")] == 4
+    assert per[("cross_entropy", "labels", "tp2-all_gather")] == 6
+    assert per[("cross_entropy", "labels", "tp2-symmetric")] == 4
     assert per[("reverse_kl", "logits", "tp2-all_gather")] == 10 and per[("reverse_kl", "logits", "tp2-symmetric")] == 6
     assert per[("reverse_kl", "logits", "tp2-fast_llm")] == 10 and per[("reverse_kl", "logits", "tp1-auto")] == 6
     assert set(frame["collectives"]) == {0, 1, 3, 5}
@@ -64,9 +67,9 @@ def test_communication_table():
 def test_figures_render(tmp_path):
     fig = tpp.plot_ratio_to_tp1(records(), title=GPU)
     assert save_figure(fig, tmp_path / "ratio")
-    fig = tpp.plot_bytes_per_rank(tpp.bytes_frame([4096], [131072]), tokens=4096, vocab=131072)
+    fig = tpp.plot_bytes_per_rank(bytes_model([4096], [131072]), tokens=4096, vocab=131072)
     assert save_figure(fig, tmp_path / "bytes")
     with pytest.raises(ValueError, match="no rows"):
-        tpp.plot_bytes_per_rank(tpp.bytes_frame([4096], [131072]), tokens=1, vocab=131072)
+        tpp.plot_bytes_per_rank(bytes_model([4096], [131072]), tokens=1, vocab=131072)
     with pytest.raises(ValueError, match="missing columns"):
         tpp.time_table(pd.DataFrame({"loss": []}))

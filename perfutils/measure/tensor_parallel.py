@@ -100,6 +100,34 @@ def fast_llm_bytes(target_format: str, n_rows: int, vocab: int, world_size: int,
             "polled": 0, "collectives": reduces}
 
 
+def bytes_model(tokens: list[int], vocabs: list[int], world_size: int = 2, element_size: int = 2):
+    """The byte model per rank for every loss, shape and variant of the study (no measurement needed): the minimum,
+    the DRAM bytes, the exchange and the collectives, with the DRAM and minimum bytes per element of the rank's
+    share of the vocabulary."""
+    import pandas as pd
+
+    from kernels.vocab_parallel import bytes_per_rank
+
+    rows = []
+    for loss, fmt in LOSSES:
+        for n_rows in tokens:
+            for vocab in vocabs:
+                common = dict(loss=loss, target_format=fmt, n_rows=n_rows, vocab=vocab, element_size=element_size)
+                designs = {"tp1-auto": bytes_per_rank("tp1", world_size=1, **common)}
+                for design in ("all_gather", "symmetric"):
+                    designs[f"tp2-{design}"] = bytes_per_rank(design, world_size=world_size, **common)
+                designs["tp2-fast_llm"] = fast_llm_bytes(fmt, n_rows, vocab, world_size, element_size)
+                for variant, counts in designs.items():
+                    elements = n_rows * vocab // (1 if variant == "tp1-auto" else world_size)
+                    rows.append(dict(loss=loss, target_format=fmt, tokens=n_rows, vocab=vocab, variant=variant,
+                                     bytes_min=counts["min"], bytes_dram_model=counts["dram"],
+                                     bytes_sent=counts["sent"], bytes_received=counts["received"],
+                                     bytes_polled=counts["polled"], collectives=counts["collectives"],
+                                     dram_bytes_per_element=counts["dram"] / elements,
+                                     min_bytes_per_element=counts["min"] / elements))
+    return pd.DataFrame(rows)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Inputs and references
 # ------------------------------------------------------------------------------------------------------------

@@ -26,31 +26,6 @@ TARGET_RATIO = 0.6  # issue 16's acceptance: tp=2 step time <= 0.6 x tp=1 at voc
 SHAPE = ["loss", "target_format", "tokens", "vocab"]
 
 
-def bytes_frame(tokens: list[int], vocabs: list[int], world_size: int = 2, element_size: int = 2) -> pd.DataFrame:
-    """The byte model per rank for every loss, shape and design (no measurement needed): min, DRAM, exchange."""
-    from kernels.vocab_parallel import bytes_per_rank
-    from perfutils.measure.tensor_parallel import LOSSES, fast_llm_bytes
-
-    rows = []
-    for loss, fmt in LOSSES:
-        for n_rows in tokens:
-            for vocab in vocabs:
-                common = dict(loss=loss, target_format=fmt, n_rows=n_rows, vocab=vocab, element_size=element_size)
-                designs = {TP1: bytes_per_rank("tp1", world_size=1, **common)}
-                for design in ("all_gather", "symmetric"):
-                    designs[f"tp2-{design}"] = bytes_per_rank(design, world_size=world_size, **common)
-                designs["tp2-fast_llm"] = fast_llm_bytes(fmt, n_rows, vocab, world_size, element_size)
-                for variant, counts in designs.items():
-                    elements = n_rows * vocab // (1 if variant == TP1 else world_size)
-                    rows.append(dict(loss=loss, target_format=fmt, tokens=n_rows, vocab=vocab, variant=variant,
-                                     bytes_min=counts["min"], bytes_dram_model=counts["dram"],
-                                     bytes_sent=counts["sent"], bytes_received=counts["received"],
-                                     bytes_polled=counts["polled"], collectives=counts["collectives"],
-                                     dram_bytes_per_element=counts["dram"] / elements,
-                                     min_bytes_per_element=counts["min"] / elements))
-    return pd.DataFrame(rows)
-
-
 def plot_bytes_per_rank(frame: pd.DataFrame, *, tokens: int, vocab: int, title: str = "") -> plt.Figure:
     """DRAM bytes one rank moves per step, by design, against the minimum (one read of each input, one write of
     the gradient) of its share of the vocabulary: GB, one group of bars per loss."""
