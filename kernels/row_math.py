@@ -56,12 +56,14 @@ def rescale(m_from, m_to):
 
 
 @triton.jit
-def _max_pair(a_max, b_max, a2_max, b2_max):
+def max_pair(a_max, b_max, a2_max, b2_max):
+    """Combine function of one ``tl.reduce`` over two tiles: both maxima at once."""
     return tl.maximum(a_max, a2_max), tl.maximum(b_max, b2_max)
 
 
 @triton.jit
-def _sum_triple(a, b, c, a2, b2, c2):
+def sum_triple(a, b, c, a2, b2, c2):
+    """Combine function of one ``tl.reduce`` over three tiles: three sums at once."""
     return a + a2, b + b2, c + c2
 
 
@@ -216,7 +218,7 @@ def tile_statistics(x2, t2, LOSS: tl.constexpr):
         zero = tl.sum(tl.zeros_like(x2), axis=0)
         return m_x, s_x, zero, zero, zero, e_x, e_x
     else:
-        m_x, m_t = tl.reduce((x2, t2), 0, _max_pair)
+        m_x, m_t = tl.reduce((x2, t2), 0, max_pair)
         e_x = tl.exp2(x2 - exponent_shift(m_x))
         e_t = tl.exp2(t2 - exponent_shift(m_t))
         if LOSS == CE_LOGITS:
@@ -225,7 +227,7 @@ def tile_statistics(x2, t2, LOSS: tl.constexpr):
             weighted = tl.where(e_t > 0, e_t * (t2 - x2), 0.0)
         else:
             weighted = tl.where(e_x > 0, e_x * (x2 - t2), 0.0)
-        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, _sum_triple)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, sum_triple)
         return m_x, s_x, m_t, s_t, acc, e_x, e_t
 
 
@@ -289,14 +291,14 @@ def combine_partials(m_x, s_x, m_t, s_t, acc, LOSS: tl.constexpr):
         big_s_x = tl.sum(s_x * rescale(m_x, big_m_x), axis=0)
         return big_m_x, big_s_x, big_m_x, big_s_x, big_s_x
     else:
-        big_m_x, big_m_t = tl.reduce((m_x, m_t), 0, _max_pair)
+        big_m_x, big_m_t = tl.reduce((m_x, m_t), 0, max_pair)
         r_x = rescale(m_x, big_m_x)
         r_t = rescale(m_t, big_m_t)
         if LOSS == REVERSE_KL:
             acc_scaled = acc * r_x
         else:
             acc_scaled = acc * r_t
-        big_s_x, big_s_t, big_acc = tl.reduce((s_x * r_x, s_t * r_t, acc_scaled), 0, _sum_triple)
+        big_s_x, big_s_t, big_acc = tl.reduce((s_x * r_x, s_t * r_t, acc_scaled), 0, sum_triple)
         return big_m_x, big_s_x, big_m_t, big_s_t, big_acc
 
 

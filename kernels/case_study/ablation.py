@@ -69,8 +69,10 @@ from ..row_math import (
     load_raw,
     load_scales,
     lse_difference,
+    max_pair,
     row_loss,
     row_losses_ptr,
+    sum_triple,
     tile_gradient,
     tile_statistics,
 )
@@ -78,18 +80,6 @@ from ..row_math import (
 # ---------------------------------------------------------------------------------------------------------------
 # Device helpers
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def max_pair(a_max, b_max, a2_max, b2_max):
-    """Combine function of one ``tl.reduce`` over two tiles: both maxima at once."""
-    return tl.maximum(a_max, a2_max), tl.maximum(b_max, b2_max)
-
-
-@triton.jit
-def sum_triple(a, b, c, a2, b2, c2):
-    """Combine function of one ``tl.reduce`` over three tiles: three sums at once."""
-    return a + a2, b + b2, c + c2
 
 
 @triton.jit
