@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How the committed H100 data was produced: stages run on the GPU machine from the repo root, each
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
-#   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|
+#   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|host-overhead|
 #                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row|
 #                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.measure.case_497]|
 #                           vocab-stages|vocab-<stage> [more stages]
@@ -51,7 +51,9 @@ PY
   ptxas-torch)  # the same kernels built by torch's ptxas (what torch.compile switches a process to)
     TRITON_PTXAS_PATH="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')" \
       python3 -m perfutils sweep --config notebooks/params/ptxas_torch_spot.yaml ;;
-  gpu-tests) python3 -m pytest tests/test_gpu_kernels.py -q -s -rs -p no:cacheprovider ;;
+  gpu-tests) python3 -m pytest tests/test_gpu_kernels.py tests/test_gpu_operators.py tests/test_gpu_vocab_sweep.py \
+    -q -s -rs -p no:cacheprovider ;;
+  host-overhead) python3 -m perfutils.measure.host_overhead --out data ;;  # host_overhead.csv: each piece of a call
   occupancy) python3 -m perfutils.measure.occupancy_check --out data ;;
   tuning-table) python3 -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
   forget-project)  # after a kernel or tuning-table change: forget the project variants' rows in the

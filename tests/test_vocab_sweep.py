@@ -495,3 +495,22 @@ def test_narrow_keeps_a_part_of_a_stage_and_refuses_unknown_names():
         vocab_sweep.narrow(stage, vocabs=[12345])
     with pytest.raises(ValueError, match="providers"):
         vocab_sweep.narrow(stage, providers=["nobody"])
+
+
+def test_coverage_counts_planned_recorded_and_missing_rows():
+    stage = vocab_sweep.find_stage("peers-16384-2")
+    planned = [r for r in vocab_sweep.stage_rows(stage) if r["provider"] == "fast_llm"]
+    first, second = planned[0], planned[1]
+    recorded = pd.DataFrame([
+        dict(variant="fast_llm", loss=first["loss"], target_format=first["target_format"], dtype=first["dtype"],
+             tokens=first["tokens"], vocab=first["vocab"], status="ok"),
+        dict(variant="fast_llm", loss=second["loss"], target_format=second["target_format"], dtype=second["dtype"],
+             tokens=second["tokens"], vocab=second["vocab"], status="error"),
+        dict(variant="fast_llm", loss="reverse_kl", target_format="logits", dtype="bf16", tokens=7, vocab=3,
+             status="ok"),  # outside the grid: not counted
+    ])
+    grid = vocab_sweep.coverage(recorded)
+    row = grid[(grid["stage"] == stage.name) & (grid["provider"] == "fast_llm")].iloc[0]
+    assert (row["planned"], row["ok"], row["other"], row["missing"]) == (len(planned), 1, 1, len(planned) - 2)
+    assert (grid["planned"] == grid["ok"] + grid["other"] + grid["missing"]).all()
+    assert grid["ok"].sum() == 1 and grid["other"].sum() == 1

@@ -237,6 +237,29 @@ def stages_table():
     return pd.DataFrame(table)
 
 
+def coverage(recorded) -> "pd.DataFrame":
+    """What of each stage the recorded rows hold: per stage and provider, configurations planned, recorded ``ok``,
+    recorded with another status, and missing (not run yet: the grid a figure or table is drawn from)."""
+    import pandas as pd
+
+    done: dict[tuple, str] = {}
+    for row in recorded.itertuples(index=False):
+        done[(row.variant, row.loss, row.target_format, row.dtype, int(row.tokens), int(row.vocab))] = row.status
+    table = []
+    for stage in stages():
+        for provider in stage.providers:
+            planned = [r for r in stage_rows(stage) if r["provider"] == provider]
+            if not planned:
+                continue
+            status = [done.get((provider, r["loss"], r["target_format"], r["dtype"], r["tokens"], r["vocab"]))
+                      for r in planned]
+            table.append(dict(stage=stage.name, provider=provider, tokens=stage.tokens, dtype=stage.dtype,
+                              planned=len(planned), ok=sum(s == "ok" for s in status),
+                              other=sum(s is not None and s != "ok" for s in status),
+                              missing=sum(s is None for s in status)))
+    return pd.DataFrame(table)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Running a stage
 # ---------------------------------------------------------------------------------------------------------------
