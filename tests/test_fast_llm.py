@@ -393,3 +393,28 @@ def test_real_checkout_launches(path):
     else:  # after 46ffbdd1: 16K tile for distributions, warps autotuned over 8/16/32
         assert launch.block_size == 16384 and launch.autotuned and launch.warp_choices == [8, 16, 32]
     assert launch.num_stages == 3
+
+
+def test_spill_excerpt_sections_and_recorded_files(two_checkouts, tmp_path):
+    from types import SimpleNamespace
+
+    sass = "\n".join([f"        /*{i:04x}*/  FADD R{i}, R1, R2 ;" for i in range(10)]
+                     + ["        /*0100*/  STL [R1+0x4], R5 ;", "        /*0110*/  LDL.LU R0, [R1] ;"])
+    compiled = SimpleNamespace(sass=sass, name="k", n_regs=32, stack_bytes=1608, triton_version="3.6.0",
+                               ptxas_version="12.8", num_warps=16)
+    section = case_497._excerpt_section("title", compiled, sites=2)
+    head, counts = section.splitlines()[:2]
+    assert head == "=== title" and "32 registers, 1608 B stack" in counts and "1 LDL / 1 STL" in counts
+    assert "STL [R1+0x4]" in section and "/*0000*/" not in section  # only the lines around the spill sites
+    quiet = case_497._excerpt_section("none", SimpleNamespace(**{**vars(compiled), "sass": "FADD R1, R2, R3 ;"}),
+                                      sites=2)
+    assert "(no local-memory instruction)" in quiet
+
+    assert case_497.recorded_spill_excerpt(tmp_path) is None
+    path = case_497.write_spill_excerpts(section, tmp_path, date="2026-01-02")
+    assert path.parent.name == "logs" and case_497.recorded_spill_excerpt(tmp_path) == (path, section)
+    with pytest.raises(FileExistsError):
+        case_497.write_spill_excerpts("other", tmp_path, date="2026-01-02")
+    assert path.read_text() == section
+    with pytest.raises(ValueError, match="27f4747e"):  # neither toy checkout is the #497 commit
+        case_497.spill_excerpts(case_497.fast_llm_checkouts(None))

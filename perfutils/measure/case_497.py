@@ -1,10 +1,11 @@
 """The case study of Fast-LLM issue #497 (notebook 02): why the real kernel is 6.7x slower than ours with the same tile.
 
-Four stages, each writing data the notebook reads (``data/<gpu-slug>/``):
+The stages, each writing data the notebook reads (``data/<gpu-slug>/``):
 
     python -m perfutils.measure.case_497 cases                    # list what each stage runs (no GPU, no Fast-LLM needed)
     TRITON_INTERPRET=1 python -m perfutils.measure.case_497 dry-run --out /tmp/x   # CPU: every case, tiny shape, interpreter
     python -m perfutils.measure.case_497 offline --out data       # CPU: offline sm_90 compiles -> case_497_registers_offline.csv
+    python -m perfutils.measure.case_497 spill-sass --out data    # CPU: logs/case_497_spill_sass_<date>.txt (SASS at the spills)
     python -m perfutils.measure.case_497 measure --out data       # GPU: case_497.csv (Fast-LLM both commits, torch.compile, ours)
     python -m perfutils.measure.case_497 ablation --out data      # GPU: case_497_ablation.csv (the walk #497 -> fused)
     python -m perfutils.measure.case_497 ncu --out data           # GPU + Nsight Compute: logs/ncu_case_497_<date>.txt, case_497_ncu.csv
@@ -270,6 +271,75 @@ def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwri
     return write_table(df, data_path(out, TARGET_GPU, OFFLINE_STUDY), meta, overwrite=overwrite)
 
 
+ISSUE_COMMIT = "27f4747e"  # Fast-LLM at the parent of its fix 46ffbdd1: the kernel of issue #497
+
+
+def _excerpt_section(title: str, compiled, *, sites: int) -> str:
+    from ..model.cubin import local_memory_excerpt
+
+    sass = compiled.sass or ""
+    counts = sass_counts(sass)
+    loads, stores = counts["sass_ldl"], counts["sass_stl"]
+    head = (f"=== {title}\n{compiled.name}: {compiled.n_regs} registers, {compiled.stack_bytes} B stack per thread, "
+            f"{loads} LDL / {stores} STL in the SASS (Triton {compiled.triton_version}, ptxas "
+            f"{compiled.ptxas_version}, {compiled.num_warps} warps)")
+    body = local_memory_excerpt(sass, context=3, max_sites=sites) if sass else "(no SASS: cuobjdump not found)"
+    return head + "\n" + (body or "(no local-memory instruction)") + "\n"
+
+
+def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites: int = 4, log=print) -> str:
+    """SASS around the spill sites (``STL``/``LDL``) of the #497 reverse-KL kernel (the checkout at
+    :data:`ISSUE_COMMIT`) and of the project's fused kernel at the same tile and warps, compiled for sm_90 here."""
+    from kernels.case_study import ablation
+    from kernels.fused import plan_fused
+    from kernels.problem import build_problem
+
+    from . import fast_llm
+    from ..model.offline_compile import compile_launch
+
+    issue = [c for c in checkouts if c.commit and c.commit.startswith(ISSUE_COMMIT)]
+    if not issue:
+        raise ValueError(f"no Fast-LLM checkout at {ISSUE_COMMIT} among {[c.variant for c in checkouts]}: name it in "
+                         f"{fast_llm.ENV_VAR}")
+    sections = []
+    (launch, *_) = fast_llm.capture_launches(issue[0], loss="reverse_kl", target_format="logits", tokens=tokens,
+                                             vocab=vocab, dtype="bf16")
+    log(f"compiling {launch.name} (Fast-LLM {issue[0].commit[:8]}) at {tokens} x {vocab}")
+    sections.append(_excerpt_section(f"#497 kernel, Fast-LLM {issue[0].commit}, reverse KL, bf16, {tokens} x {vocab}",
+                                     launch.compile_offline(), sites=sites))
+    x, t = _meta_inputs(tokens, vocab, "bf16")
+    problem = build_problem(x, t, loss="reverse_kl", target_format="logits", grad_output=1.0, ignore_index=-100,
+                            loss_mask=None)
+    block, warps = ablation.default_config(vocab)
+    (fused,) = plan_fused(problem, block, warps).launches
+    log(f"compiling the project's fused kernel at block {block}, {warps} warps")
+    sections.append(_excerpt_section(f"project fused kernel, reverse KL, bf16, {tokens} x {vocab}, block {block}",
+                                     compile_launch(fused), sites=sites))
+    return "\n".join(sections)
+
+
+def write_spill_excerpts(text: str, out: str | Path, *, date: str | None = None) -> Path:
+    """``<out>/h100-sxm-80gb/logs/case_497_spill_sass_<date>.txt``; never replaces a recorded file."""
+    from .schema import data_path
+
+    date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    path = data_path(out, TARGET_GPU, OFFLINE_STUDY).parent / "logs" / f"case_497_spill_sass_{date}.txt"
+    if path.exists():
+        raise FileExistsError(f"{path} exists: not overwriting a recorded excerpt")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def recorded_spill_excerpt(data_dir: str | Path) -> tuple[Path, str] | None:
+    """The newest recorded excerpt (path, text), or None."""
+    from .schema import data_path
+
+    logs = data_path(data_dir, TARGET_GPU, OFFLINE_STUDY).parent / "logs"
+    found = sorted(logs.glob("case_497_spill_sass_*.txt"))
+    return (found[-1], found[-1].read_text(encoding="utf-8")) if found else None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # GPU measurements
 # ---------------------------------------------------------------------------------------------------------------
@@ -295,7 +365,7 @@ def main_cases(checkouts) -> list[tuple[str, int | None, int | None]]:
 
 
 def ablation_cases(checkouts) -> list[tuple[str, int | None, int | None]]:
-    issue = [(c.variant, None, None) for c in checkouts if c.commit and c.commit.startswith("27f4747e")]
+    issue = [(c.variant, None, None) for c in checkouts if c.commit and c.commit.startswith(ISSUE_COMMIT)]
     return issue + ABLATION_CASES
 
 
@@ -558,7 +628,8 @@ def _losses(items: list[str] | None, default) -> list[tuple[str, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.measure.case_497", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["cases", "dry-run", "offline", "measure", "ablation", "ncu", "ncu-target"])
+    parser.add_argument("stage", choices=["cases", "dry-run", "offline", "spill-sass", "measure", "ablation", "ncu",
+                                                   "ncu-target"])
     parser.add_argument("variant", nargs="?", help="ncu-target: the variant to run once")
     parser.add_argument("--out", default=None, help="data folder (default data; dry-run: a new temporary folder)")
     parser.add_argument("--vocab", type=int, nargs="+", default=None)
@@ -603,6 +674,10 @@ def main(argv=None) -> int:
         return 0
     args.out = args.out or "data"
     checkouts = fast_llm_checkouts(args.fast_llm)
+    if args.stage == "spill-sass":
+        path = write_spill_excerpts(spill_excerpts(checkouts, vocab=(args.vocab or [32768])[0]), args.out or "data")
+        print(f"wrote {path}")
+        return 0
     if args.stage == "offline":
         df = offline_table(checkouts, vocabs=args.vocab or VOCABS)
         path = write_offline_table(df, args.out, checkouts, overwrite=args.overwrite)
