@@ -18,7 +18,7 @@ import torch
 
 from . import ops, vocab_parallel
 from .launch import Plan
-from .planning import PLANNERS, VARIANTS, plan_problem
+from .planning import VARIANTS, plan_problem
 from .problem import build_problem, check_block_size, check_num_warps
 
 
@@ -79,7 +79,9 @@ def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ig
             raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if loss_mask is not None and not isinstance(loss_mask, torch.Tensor):
         raise TypeError(f"loss_mask must be a bool torch.Tensor or None, got {type(loss_mask).__name__}")
-    key = (variant, block_size, num_warps, ignore_index, validate, *variant_options.items())
+    # each value beside its type: equal values of other types (-100.0, True for 1) must be checked, not looked up
+    key = (tuple((value, type(value)) for value in (variant, block_size, num_warps, ignore_index, validate))
+           + tuple((name, value, type(value)) for name, value in variant_options.items()))
     try:
         return _CHECKED_OPTIONS[key]
     except (KeyError, TypeError):  # TypeError: an unhashable option value, checked below
@@ -98,8 +100,10 @@ def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ig
         text = json.dumps(variant_options, sort_keys=True) if variant_options else ""
     except TypeError:
         raise TypeError(f"variant options must be JSON values (bool, int, str, None), got {variant_options!r}") from None
-    if type(block_size) in (int, type(None)) and type(num_warps) in (int, type(None)) and type(ignore_index) is int:
-        _CHECKED_OPTIONS[key] = text  # only exact ints: True == 1 must not share an entry with 1
+    try:
+        _CHECKED_OPTIONS[key] = text
+    except TypeError:  # an unhashable option value: checked on every call
+        pass
     return text
 
 

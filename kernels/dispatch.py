@@ -224,8 +224,8 @@ def call_key(logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_
     """What a template depends on: tensors' metadata, 16-byte alignment (Triton specializes on it) and options."""
     key = (logits.shape, logits.stride(), logits.dtype, logits.device, logits.data_ptr() % 16 == 0,
            target.shape, target.stride(), target.dtype, target.device, target.data_ptr() % 16 == 0, options)
-    if loss_mask is not None:
-        key += (loss_mask.shape, loss_mask.stride(), loss_mask.device)
+    if loss_mask is not None:  # the dtype too: the template reads a bool mask's bytes, and checks it only once
+        key += (loss_mask.shape, loss_mask.stride(), loss_mask.dtype, loss_mask.device, loss_mask.data_ptr() % 16 == 0)
     if grad_output_tensor is not None:
-        key += (grad_output_tensor.dtype, grad_output_tensor.device)
+        key += (grad_output_tensor.shape, grad_output_tensor.dtype, grad_output_tensor.device)
     return key

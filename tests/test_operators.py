@@ -178,3 +178,28 @@ def test_empty_batch_gives_zero_loss(device):
     logits = torch.randn(0, 30, device=device)
     value, grad = kernels.entropy_loss_forward_backward(logits, torch.zeros(0, dtype=torch.long, device=device))
     assert float(value) == 0.0 and grad.shape == (0, 30)
+
+
+def test_options_of_another_type_are_checked_even_after_a_good_call(gen):
+    x, t = make_inputs(gen, (3, 40), torch.float32, "labels", "cpu")
+    kernels.entropy_loss_forward_backward(x, t, ignore_index=-100, block_size=64)  # fills the options cache
+    with pytest.raises(TypeError, match="ignore_index"):
+        kernels.entropy_loss_forward_backward(x, t, ignore_index=-100.0, block_size=64)
+    with pytest.raises(TypeError):
+        kernels.entropy_loss_forward_backward(x, t, ignore_index=-100, block_size=64.0)
+    with pytest.raises(TypeError, match="validate"):
+        kernels.entropy_loss_forward_backward(x, t, validate=0)
+
+
+def test_call_key_tells_apart_what_a_template_cannot_reuse():
+    from kernels.dispatch import call_key
+
+    x = torch.zeros(4, 40)
+    t = torch.zeros(4, dtype=torch.long)
+    mask = torch.ones(4, dtype=torch.bool)
+    key = call_key(x, t, mask, None, ())
+    assert key == call_key(x, t, mask.clone(), None, ())
+    assert key != call_key(x, t, mask.to(torch.int64), None, ())  # same shape, other dtype
+    assert key != call_key(x, t, torch.ones(5, dtype=torch.bool)[1:], None, ())  # same shape, not 16-byte aligned
+    scale = torch.ones(())
+    assert call_key(x, t, None, scale, ()) != call_key(x, t, None, torch.ones(3), ())
