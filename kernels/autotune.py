@@ -28,8 +28,8 @@ import torch
 
 from .problem import Problem
 
-CANDIDATE_REPEATS = 5
-MAX_CHUNKS = 64  # timed runs per candidate (after one untimed run that compiles)
+CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
+MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a row (see candidates)
 _MEMORY: dict[tuple, dict] = {}
 _LOCK = threading.Lock()
 

@@ -137,25 +137,28 @@ forward_backward = torch.ops.fused_loss.forward_backward.default
 scale_gradient_ = torch.ops.fused_loss.scale_gradient_.default
 
 
+try:  # looked up once: plain_eager runs on every call
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # this torch does not say: always take the operator
+    _get_current_dispatch_mode = None
+
+
 def _no_python_modes() -> bool:
-    try:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-    except ImportError:  # this torch does not say: take the operator
+    if _get_current_dispatch_mode is None:
         return False
     return _get_current_dispatch_mode() is None and not torch._C._is_torch_function_mode_enabled()
 
 
-def _plain_eager(*tensors) -> bool:
+def plain_eager(*tensors) -> bool:
+    """No torch.compile trace, no dispatch or function mode, no tensor subclass: the operators' implementations may
+    be called directly (kernels.vocab_parallel takes the same shortcut to its operator)."""
     return (all(t is None or type(t) is torch.Tensor for t in tensors) and not torch.compiler.is_compiling()
             and _no_python_modes())
 
 
-plain_eager = _plain_eager  # public: kernels.vocab_parallel takes the same shortcut to its operator
-
-
 def call_scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
     """``scale_gradient_`` as the autograd backward calls it (directly in plain eager mode, like below)."""
-    (_scale_gradient_ if _plain_eager(grad, scale) else scale_gradient_)(grad, scale)
+    (_scale_gradient_ if plain_eager(grad, scale) else scale_gradient_)(grad, scale)
 
 
 def call_forward_backward(logits, target, loss_mask, grad_output_tensor, *options):
@@ -163,6 +166,6 @@ def call_forward_backward(logits, target, loss_mask, grad_output_tensor, *option
     dispatch or function mode, no tensor subclass) the operator's implementation is called directly: the
     dispatcher boxes its 14 arguments and costs about 28 us per call on the H100 machine, more than the kernels'
     host work; everything else (tracing, FakeTensor, torch.export, profilers' modes) goes through the operator."""
-    if _plain_eager(logits, target, loss_mask, grad_output_tensor):
+    if plain_eager(logits, target, loss_mask, grad_output_tensor):
         return _forward_backward(logits, target, loss_mask, grad_output_tensor, *options)
     return forward_backward(logits, target, loss_mask, grad_output_tensor, *options)

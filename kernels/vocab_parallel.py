@@ -58,7 +58,8 @@ from .peer_memory import group_barrier, peer_buffers
 from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem,
                       check_block_size, check_num_warps, finisher, next_power_of_2)
 from .prologue import prologue_launch
-from .split_row import cooperative_slots, interpreting
+from .split_row import cooperative_slots, default_split_row_config, interpreting
+from .two_pass import default_two_pass_config
 from .vocab_parallel_exchange import (LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel,
                                       exchange_kernel)
 from .vocab_parallel_gather import gather_grad_kernel, gather_stats_kernel
@@ -243,14 +244,9 @@ def _prologue(vp: VocabParallelProblem, workspace, loss) -> Launch:
     return launch
 
 
-def default_gather_config(n_cols: int) -> tuple[int, int]:
-    block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 8192)
-    return block_size, min(8, max(4, block_size // 1024))
-
-
 def plan_all_gather(vp: VocabParallelProblem, block_size: int | None, num_warps: int | None) -> VocabParallelPlan:
     problem = vp.problem
-    default_block, default_warps = default_gather_config(problem.n_cols)
+    default_block, default_warps = default_two_pass_config(problem.n_cols)  # a stats pass, then a gradient pass
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
     width = summary_width(problem.loss_code)
@@ -284,7 +280,7 @@ def default_exchange_config(n_cols: int) -> tuple[int, int]:
     """split_row's default chunks (4K columns, 4 warps); the interpreter runs one program per rank, so one chunk."""
     if interpreting():
         return max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4
-    return min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4096), 4
+    return default_split_row_config(n_cols)
 
 
 def check_exchange_options(timeout_s, lag, poll_first) -> tuple[float, int, bool | None]:

@@ -151,11 +151,19 @@ def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
     return f'<dl class="facts">{rows}</dl>'
 
 
+RESULT_FILES = ("vocab_sweep.csv", "benchmark.csv")  # the public-call sweep once recorded; before it, the benchmark
+
+
+def results_source(gpu_dir: Path) -> Path | None:
+    """The file the headline table of ``gpu_dir`` is drawn from, or None when it has neither."""
+    return next((gpu_dir / name for name in RESULT_FILES if (gpu_dir / name).exists()), None)
+
+
 def results_html(gpu_dir: Path) -> str:
     from .plots import summary
 
-    # The public-call sweep once recorded; before it, the earlier kernel-only benchmark.
-    text = summary.vocab_sweep_table(gpu_dir) if (gpu_dir / "vocab_sweep.csv").exists() else summary.benchmark_table(gpu_dir)
+    source = results_source(gpu_dir)
+    text = summary.vocab_sweep_table(gpu_dir) if source.name == "vocab_sweep.csv" else summary.benchmark_table(gpu_dir)
     rendered = markdown_html(text).replace("<table>", '<table class="results">', 1)
     return rendered.replace("<p>", '<p class="note">')
 
@@ -206,14 +214,15 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
 
     data_parts = []
     gpu_dirs = sorted(d for d in data_dir.iterdir() if d.is_dir() and any(d.glob("*.json"))) if data_dir.is_dir() else []
+    sidecars = {gpu_dir: _sidecars(gpu_dir) for gpu_dir in gpu_dirs}  # read once, used by the facts and the list
     for gpu_dir in gpu_dirs:
-        sidecars = _sidecars(gpu_dir)
-        data_parts.append(f"<h2>Data: {html.escape(gpu_dir.name)}</h2>" + gpu_facts_html(gpu_dir, sidecars))
-        if (gpu_dir / "benchmark.csv").exists():
+        data_parts.append(f"<h2>Data: {html.escape(gpu_dir.name)}</h2>" + gpu_facts_html(gpu_dir, sidecars[gpu_dir]))
+        source = results_source(gpu_dir)
+        if source is not None:
             try:
                 data_parts.append("<h3>Headline results</h3>" + results_html(gpu_dir))
             except Exception as error:  # the page still lists the notebooks; the failure is shown
-                problems.append(f"results table of data/{gpu_dir.name}/benchmark.csv: {type(error).__name__}: {error}")
+                problems.append(f"results table of data/{gpu_dir.name}/{source.name}: {type(error).__name__}: {error}")
     if not gpu_dirs:
         problems.append(f"no recorded data (no data/<gpu-slug>/*.json under {data_dir})")
 
@@ -231,7 +240,7 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
              f'<li>Executed notebooks: <a href="notebooks/">{html.escape(str(out_dir.name))}/notebooks/</a></li>']
     for gpu_dir in gpu_dirs:
         where.append(f"<li>Measurements: data/{html.escape(gpu_dir.name)}/ — one tidy CSV per study with its JSON "
-                     f"sidecar (GPU, versions, parameters, date)" + studies_html(gpu_dir, _sidecars(gpu_dir), out_dir)
+                     f"sidecar (GPU, versions, parameters, date)" + studies_html(gpu_dir, sidecars[gpu_dir], out_dir)
                      + "</li>")
 
     listed = {**failures, **{f"index page ({i + 1})": p for i, p in enumerate(problems)}}

@@ -199,13 +199,17 @@ def fast_llm_offline_rows(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, los
     return rows
 
 
-def _meta_inputs(tokens: int, vocab: int, dtype: str):
+def _reverse_kl_problem(tokens: int, vocab: int, dtype: str):
+    """The reverse-KL problem of the ablation, on meta tensors (plans are built, nothing is allocated)."""
     import torch
+
+    from kernels.problem import build_problem
 
     from .sweep_config import torch_dtype
 
     x = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
-    return x, torch.empty_like(x)
+    return build_problem(x, torch.empty_like(x), loss="reverse_kl", target_format="logits", grad_output=1.0,
+                         ignore_index=-100, loss_mask=None)
 
 
 def ablation_offline_rows(*, tokens: int = TOKENS, vocabs=ABLATION_VOCABS, dtype="bf16", log=print) -> list[dict]:
@@ -213,15 +217,12 @@ def ablation_offline_rows(*, tokens: int = TOKENS, vocabs=ABLATION_VOCABS, dtype
     (their plans built on meta tensors: nothing is allocated or launched)."""
     from kernels.case_study import ablation
     from kernels.fused import plan_fused
-    from kernels.problem import build_problem
 
     from ..model.offline_compile import compile_launch
 
     rows = []
     for vocab in vocabs:
-        x, t = _meta_inputs(tokens, vocab, dtype)
-        problem = build_problem(x, t, loss="reverse_kl", target_format="logits", grad_output=1.0, ignore_index=-100,
-                                loss_mask=None)
+        problem = _reverse_kl_problem(tokens, vocab, dtype)
         block, warps = ablation.default_config(vocab)
         for step in (*ablation.STEPS, *ablation.SOLO):
             (launch,) = ablation.plan_step(step, problem, block, warps).launches
@@ -292,7 +293,6 @@ def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites
     :data:`ISSUE_COMMIT`) and of the project's fused kernel at the same tile and warps, compiled for sm_90 here."""
     from kernels.case_study import ablation
     from kernels.fused import plan_fused
-    from kernels.problem import build_problem
 
     from . import fast_llm
     from ..model.offline_compile import compile_launch
@@ -307,9 +307,7 @@ def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites
     log(f"compiling {launch.name} (Fast-LLM {issue[0].commit[:8]}) at {tokens} x {vocab}")
     sections.append(_excerpt_section(f"#497 kernel, Fast-LLM {issue[0].commit}, reverse KL, bf16, {tokens} x {vocab}",
                                      launch.compile_offline(), sites=sites))
-    x, t = _meta_inputs(tokens, vocab, "bf16")
-    problem = build_problem(x, t, loss="reverse_kl", target_format="logits", grad_output=1.0, ignore_index=-100,
-                            loss_mask=None)
+    problem = _reverse_kl_problem(tokens, vocab, "bf16")
     block, warps = ablation.default_config(vocab)
     (fused,) = plan_fused(problem, block, warps).launches
     log(f"compiling the project's fused kernel at block {block}, {warps} warps")
@@ -318,12 +316,17 @@ def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites
     return "\n".join(sections)
 
 
-def write_spill_excerpts(text: str, out: str | Path, *, date: str | None = None) -> Path:
-    """``<out>/h100-sxm-80gb/logs/case_497_spill_sass_<date>.txt``; never replaces a recorded file."""
+def _offline_logs(data_dir: str | Path) -> Path:
+    """``<data_dir>/h100-sxm-80gb/logs``: the text logs beside the offline table."""
     from .schema import data_path
 
+    return data_path(data_dir, TARGET_GPU, OFFLINE_STUDY).parent / "logs"
+
+
+def write_spill_excerpts(text: str, out: str | Path, *, date: str | None = None) -> Path:
+    """``<out>/h100-sxm-80gb/logs/case_497_spill_sass_<date>.txt``; never replaces a recorded file."""
     date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    path = data_path(out, TARGET_GPU, OFFLINE_STUDY).parent / "logs" / f"case_497_spill_sass_{date}.txt"
+    path = _offline_logs(out) / f"case_497_spill_sass_{date}.txt"
     if path.exists():
         raise FileExistsError(f"{path} exists: not overwriting a recorded excerpt")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -333,10 +336,7 @@ def write_spill_excerpts(text: str, out: str | Path, *, date: str | None = None)
 
 def recorded_spill_excerpt(data_dir: str | Path) -> tuple[Path, str] | None:
     """The newest recorded excerpt (path, text), or None."""
-    from .schema import data_path
-
-    logs = data_path(data_dir, TARGET_GPU, OFFLINE_STUDY).parent / "logs"
-    found = sorted(logs.glob("case_497_spill_sass_*.txt"))
+    found = sorted(_offline_logs(data_dir).glob("case_497_spill_sass_*.txt"))
     return (found[-1], found[-1].read_text(encoding="utf-8")) if found else None
 
 
@@ -381,7 +381,6 @@ def dry_run(out: str | Path, checkouts, *, tokens: int = 8, vocab: int = 300, lo
     from .studies import run_cases
     from .measurer import GpuMeasurer, TimingBackend
     from .sweep_config import load_config
-    from .timing import BenchResult
 
     for checkout in checkouts:
         for loss, target_format in LOSSES:
@@ -389,7 +388,7 @@ def dry_run(out: str | Path, checkouts, *, tokens: int = 8, vocab: int = 300, lo
                                                     vocab=32768):
                 log(f"{checkout.variant} {loss}/{target_format} {TOKENS}x32768: {launch.name} grid {launch.grid} "
                     f"block_size {launch.block_size} warps {launch.warp_choices} stages {launch.num_stages}")
-    backend = TimingBackend(lambda fn, **_: (fn(), BenchResult(1.0, 1.0, 1.0))[1], lambda fn: (fn(), 0.0), None)
+    backend = TimingBackend.dry_run()
     frames = {}
     for study, cases, losses in (
         (STUDY + "_dry_run", PROJECT_CASES[1:], LOSSES),

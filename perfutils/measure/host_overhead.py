@@ -14,7 +14,6 @@ median of 5 batches of N calls (no synchronization inside a batch). Written to `
 import argparse
 import statistics
 import sys
-import time
 from typing import Callable
 
 _KEEP_ALIVE: list = []
@@ -23,20 +22,14 @@ LOSS_FORMATS = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forw
 
 
 def wall_us(fn: Callable[[], object], calls: int = 2000, batches: int = 5) -> float:
-    """Median over batches of the wall-clock microseconds per call (after a warm-up batch)."""
+    """Median over batches of the wall-clock microseconds per call, timed as the vocab sweep's host µs are
+    (:func:`perfutils.measure.host_cost.time_host_calls`: a batch ends with one synchronization)."""
     import torch
 
-    for _ in range(min(calls, 200)):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
+    from .host_cost import time_host_calls
+
+    return statistics.median(time_host_calls(fn, torch.cuda.synchronize, calls=calls, repeats=batches,
+                                             warmup=min(calls, 200)))
 
 
 def pieces() -> list[tuple[str, str, Callable[[], object]]]:

@@ -54,6 +54,13 @@ class TimingBackend:
 
         return cls(timing.bench, timing.first_call_ms, timing.peak_memory_above)
 
+    @classmethod
+    def dry_run(cls) -> "TimingBackend":
+        """Runs each call once and reports 1 ms (CPU dry runs: the whole path, no timing)."""
+        from .timing import BenchResult
+
+        return cls(lambda fn, **_: (fn(), BenchResult(1.0, 1.0, 1.0))[1], lambda fn: (fn(), 0.0), None)
+
 
 _COPY_CEILINGS = ("dram_copy_torch", "dram_copy_triton")  # perfutils.measure.ceilings rows, preferred first
 

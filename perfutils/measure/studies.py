@@ -50,19 +50,6 @@ BENCHMARK_CASES = [
 ]
 
 
-def case_label(variant: str, block_size: Any) -> str:
-    """Readable names for the case-study figure."""
-    import pandas as pd
-
-    if variant == "fused" and pd.isna(block_size):
-        return "fused, 32K cap (#497)"
-    if variant == "fused":
-        return f"fused, cap {int(block_size) // 1024}K (Option A)"
-    if variant == "two_pass":
-        return "two-pass (Option B)"
-    return {"torch_compile": "torch.compile", "split_row": "split_row (ours)", "auto": "auto (ours)"}.get(variant, variant)
-
-
 def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: str, vocab: int,
                  variant: str) -> tuple[int | None, int | None]:
     """(block_size, num_warps) of ``variant``'s tuning-table entry for this shape; (None, None), its

@@ -275,8 +275,7 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
               extra: Any = None, log=print):
     """Measure a stage's missing rows; returns the study's records. ``measurer``/``extra``: stand-ins for tests
     (default: a GpuMeasurer with :class:`~perfutils.measure.host_cost.CallCosts`)."""
-    from . import providers
-    from .host_cost import CallCosts
+    from .host_cost import HOST_ROWS, CallCosts
     from .studies import recorded_ceilings, run_cases
 
     stage = find_stage(stage) if isinstance(stage, str) else stage
@@ -297,7 +296,8 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
         return fits(stage.group, n_tokens, vocab, loss, target_format, stage.dtype)
 
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
-                  "host_cost": {"rows": 8, "note": "host_us_per_call on 8 rows; syncs_per_call at the shape"}}
+                  "host_cost": {"rows": HOST_ROWS,
+                                "note": f"host_us_per_call on {HOST_ROWS} rows; syncs_per_call at the shape"}}
     return run_cases(STUDY, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
                      vocabs=list(stage.vocabs), tokens=[stage.tokens], dtype=stage.dtype, out=out, log=log,
                      parameters=parameters, measurer=measurer, extra=extra, deadline=deadline, keep=keep,
@@ -313,12 +313,11 @@ def cpu_dry_run(out: str, *, tokens: int = 8, vocab: int = 300, losses=LOSSES, c
     from .host_cost import CallCosts
     from .measurer import GpuMeasurer, TimingBackend
     from .sweep_config import load_config
-    from .timing import BenchResult
 
     stage = Stage("cpu-dry-run", "project", (*PROJECT, "eager"), tokens, (vocab,), losses=tuple(losses))
     spec = load_config(dict(study=STUDY, out=str(out), loss=losses[0][0], target_format=losses[0][1], variant="auto",
                             dtype="bf16", tokens=tokens, vocab=vocab, check_rows=tokens))
-    backend = TimingBackend(lambda fn, **_: (fn(), BenchResult(1.0, 1.0, 1.0))[1], lambda fn: (fn(), 0.0), None)
+    backend = TimingBackend.dry_run()
     extra = CallCosts(device="cpu", calls=calls, repeats=1, warmup=1)
     measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=backend, copy_gbps=1.0, log=log,
                            extra=extra)

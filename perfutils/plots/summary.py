@@ -27,7 +27,7 @@ TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
 
 def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
     df = load_records(gpu_dir / "benchmark.csv")
-    meta = load_metadata(gpu_dir / "benchmark.csv")
+    meta = df.attrs["metadata"]  # the sidecar, read by load_records
     every_shape = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
     best = every_shape[every_shape["tokens"] == tokens]
     lines = [
@@ -82,7 +82,7 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
 
     path = gpu_dir / "vocab_sweep.csv"
     df = load_records(path)
-    meta = load_metadata(path)
+    meta = df.attrs["metadata"]  # the sidecar, read by load_records
     table = cell_table(df, tokens=tokens, dtype=dtype, vocabs=vocabs)
     # a peer with no cell in the table gets no column (a column of "-"), but a sentence saying it was not measured
     peers = [(p, label) for p, label in _PEER_COLUMNS if p in table.columns and table[p].notna().any()]
