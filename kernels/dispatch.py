@@ -11,7 +11,13 @@ about 46 us through ``JITFunction.run``, which re-binds and re-specializes every
 The direct launch needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
 packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9); on any other Triton, under
 the interpreter, with launch hooks installed (profilers) or for a plan with a per-run reset, calls go through
-``JITFunction`` launches as before: slower, same results.
+``JITFunction`` launches as before: slower, same results. Two more savings where they are known to hold:
+
+* pointers are passed as integers (``data_ptr()``) when the first call found that the kernels read the caller's
+  tensors themselves (no copy for an unusual layout): the launcher then skips its per-pointer driver query
+  (``cuPointerGetAttribute``) and no view of the caller's tensors is made;
+* on Triton 3.6 (the version whose launcher this was checked against, :data:`RAW_LAUNCHER_TRITON`), a kernel
+  that needs no scratch memory is launched through the launcher's C function, skipping its Python wrapper.
 """
 
 from __future__ import annotations
@@ -32,14 +38,19 @@ ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace
 GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
 
 
-def _triton_supports_direct_launch() -> bool:
+def _triton_version() -> tuple[int, int] | None:
     import triton
 
     try:
         major, minor = (int(part) for part in triton.__version__.split(".")[:2])
     except ValueError:
-        return False
-    return (3, 3) <= (major, minor) < (3, 10)
+        return None
+    return major, minor
+
+
+def _triton_supports_direct_launch() -> bool:
+    version = _triton_version()
+    return version is not None and (3, 3) <= version < (3, 10)
 
 
 def _launch_hooks_installed() -> bool:
@@ -55,20 +66,44 @@ def _launch_hooks_installed() -> bool:
     return active(knobs.runtime.launch_enter_hook) or active(knobs.runtime.launch_exit_hook)
 
 
+RAW_LAUNCHER_TRITON = (3, 6)
+
+
+def launcher_entry(compiled) -> tuple[Any, tuple]:
+    """(callable, arguments between (grid, stream, function) and the kernel's own) for a compiled kernel: the C
+    ``launch`` of Triton 3.6's ``CudaLauncher`` when the kernel needs no global or profile scratch, else the
+    launcher object itself (``CompiledKernel.run``, whose signature holds from Triton 3.3 to 3.9)."""
+    run = compiled.run
+    raw = getattr(run, "launch", None)
+    if (_triton_version() == RAW_LAUNCHER_TRITON and type(run).__name__ == "CudaLauncher" and callable(raw)
+            and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+            and hasattr(run, "launch_cooperative_grid") and hasattr(run, "launch_pdl")):
+        # Triton 3.6 driver.py: launch(gx, gy, gz, stream, function, cooperative, pdl, global_scratch,
+        # profile_scratch, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)
+        return raw, (run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata, None, None,
+                     None)
+    return run, (compiled.packed_metadata, None, None, None)
+
+
 @dataclass
 class _TemplateLaunch:
     compiled: Any  # triton CompiledKernel
     grid: tuple[int, int, int]
     values: list  # every parameter's value in order (constexprs included), per-call tensors as None
     slots: list[tuple[int, int]]  # (position in values, index into the call's tensors)
+    entry: Any = None  # what launches it (see launcher_entry)
+    prefix: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.entry is None:
+            self.entry, self.prefix = launcher_entry(self.compiled)
 
     def __call__(self, tensors: list, stream: int) -> None:
+        """Launch with the call's values: tensors or their data pointers (integers), by slot."""
         values = self.values.copy()
         for position, role in self.slots:
             values[position] = tensors[role]
-        compiled = self.compiled
-        compiled.run(self.grid[0], self.grid[1], self.grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *values)
+        self.entry(self.grid[0], self.grid[1], self.grid[2], stream, self.compiled.function, *self.prefix, *values)
 
 
 @dataclass
@@ -78,40 +113,58 @@ class CallTemplate:
     The gradient and the loss are new tensors every call. The workspace (scales, counters, row losses, exchange
     buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
     the prologue re-initializes it; under CUDA-graph capture a call takes a fresh one from the graph's pool. A lock
-    keeps one call's launches together when threads share a stream."""
+    keeps one call's launches together when threads share a stream. ``passthrough``: the first call's kernels read
+    the caller's logits, target, mask and grad_output tensors themselves (no copy), so later calls with the same
+    key pass their data pointers without making views (:func:`call_tensors` otherwise)."""
 
     launches: list[_TemplateLaunch]
     workspace_shape: tuple[int, ...]
-    grad_shape: tuple[int, ...] | None
+    has_grad: bool
     grad_dtype: torch.dtype
     out_shape: tuple[int, ...]
     device: torch.device
-    workspaces: dict = field(default_factory=dict)  # raw stream handle -> workspace
+    target_format: str
+    passthrough: bool
+    workspaces: dict = field(default_factory=dict)  # raw stream handle -> (workspace, its data pointer)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(self, rows: torch.Tensor, target, labels, mask, grad_output, grad_output_value: float
+    def run(self, logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, grad_output_value: float
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.passthrough:
+            target_ptr = target.data_ptr()
+            pointers = [logits.data_ptr(), target_ptr, target_ptr,
+                        loss_mask.data_ptr() if loss_mask is not None else None,
+                        grad_output_tensor.data_ptr() if grad_output_tensor is not None else None]
+        else:  # copies for the kernels: held until the launches are queued (freed earlier, the loss or the gradient
+            # allocated below could take their memory)
+            copies = call_tensors(logits, target, self.target_format, loss_mask, grad_output_tensor)
+            pointers = [t.data_ptr() if t is not None else None for t in copies]
         device = self.device
         stream = torch._C._cuda_getCurrentRawStream(device.index)
         loss = torch.empty((), dtype=torch.float32, device=device)
-        grad = torch.empty(self.grad_shape, dtype=self.grad_dtype, device=device) if self.grad_shape else None
+        # allocated in the caller's shape: the kernels write it as contiguous (rows, n_cols), the same layout
+        grad = torch.empty(self.out_shape, dtype=self.grad_dtype, device=device) if self.has_grad else None
         with self.lock:
             if torch.cuda.is_current_stream_capturing():
                 workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
+                kept = (workspace, workspace.data_ptr())
             else:
-                workspace = self.workspaces.get(stream)
-                if workspace is None:
-                    workspace = self.workspaces[stream] = torch.empty(self.workspace_shape, dtype=torch.float32,
-                                                                      device=device)
-            tensors = [rows, target, labels, mask, grad_output, grad, workspace, loss, grad_output_value]
+                kept = self.workspaces.get(stream)
+                if kept is None:
+                    workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
+                    kept = self.workspaces[stream] = (workspace, workspace.data_ptr())
+            pointers += [grad.data_ptr() if grad is not None else None, kept[1], loss.data_ptr(), grad_output_value]
             for launch in self.launches:
-                launch(tensors, stream)
-        return loss, (grad.view(self.out_shape) if grad is not None else None)
+                launch(pointers, stream)
+        if not self.passthrough:
+            del copies  # the launches are queued: stream order protects the memory from here on
+        return loss, grad
 
 
-def make_template(problem: Problem, plan: Plan) -> CallTemplate | None:
+def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> CallTemplate | None:
     """The template of a plan that has run once (its launches hold their compiled kernels), or None when calls of
-    this key must keep going through JITFunction launches (see the module docstring)."""
+    this key must keep going through JITFunction launches (see the module docstring). ``given``: the caller's
+    (logits, target, loss_mask, grad_output_tensor), to find whether the kernels read them without a copy."""
     if not can_launch_directly(problem.logits.device) or plan.reset is not None or not plan.all_launches:
         return None
     workspace, grad, loss = plan.buffers[:3]
@@ -130,11 +183,22 @@ def make_template(problem: Problem, plan: Plan) -> CallTemplate | None:
     return CallTemplate(
         launches=launches,
         workspace_shape=tuple(workspace.shape),
-        grad_shape=tuple(grad.shape) if grad is not None else None,
+        has_grad=grad is not None,
         grad_dtype=problem.logits.dtype,
         out_shape=problem.out_shape,
         device=problem.logits.device,
+        target_format=problem.target_format,
+        passthrough=given is not None and reads_given_tensors(problem, *given),
     )
+
+
+def reads_given_tensors(problem: Problem, logits, target, loss_mask, grad_output_tensor) -> bool:
+    """Whether the problem's tensors start where the caller's do (views, not copies made for the kernels)."""
+    pairs = [(problem.logits, logits),
+             (problem.labels if problem.target_format == "labels" else problem.target, target),
+             (problem.mask, loss_mask), (problem.grad_output_tensor, grad_output_tensor)]
+    return all((mine is None) == (theirs is None) and (mine is None or mine.data_ptr() == theirs.data_ptr())
+               for mine, theirs in pairs)
 
 
 def direct_launch(launch, by_identity: dict[int, int], scalar_slots: dict[str, int] | None = None
@@ -227,5 +291,6 @@ def call_key(logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_
     if loss_mask is not None:  # the dtype too: the template reads a bool mask's bytes, and checks it only once
         key += (loss_mask.shape, loss_mask.stride(), loss_mask.dtype, loss_mask.device, loss_mask.data_ptr() % 16 == 0)
     if grad_output_tensor is not None:
-        key += (grad_output_tensor.shape, grad_output_tensor.dtype, grad_output_tensor.device)
+        key += (grad_output_tensor.shape, grad_output_tensor.dtype, grad_output_tensor.device,
+                grad_output_tensor.data_ptr() % 16 == 0)
     return key

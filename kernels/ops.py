@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import TEMPLATES, call_key, call_tensors, can_launch_directly, direct_launch, make_template
+from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
 from .launch import Launch
 from .planning import plan_problem
 from .problem import build_problem
@@ -43,17 +43,24 @@ def _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute
                          ignore_index=ignore_index, loss_mask=loss_mask)
 
 
+def template_key(logits, target, loss_mask, grad_output_tensor, compute_grad, loss, target_format, ignore_index,
+                 variant, block_size, num_warps, options, validate) -> tuple:
+    """The key of a call's template in :data:`kernels.dispatch.TEMPLATES` (the operator's arguments less the
+    grad_output number, which is a per-call value)."""
+    return call_key(logits, target, loss_mask, grad_output_tensor,
+                    (compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate))
+
+
 def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                       ignore_index, variant, block_size, num_warps, options, validate):
-    key = call_key(logits, target, loss_mask, grad_output_tensor,
-                   (compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate))
+    key = template_key(logits, target, loss_mask, grad_output_tensor, compute_grad, loss, target_format, ignore_index,
+                       variant, block_size, num_warps, options, validate)
     template = TEMPLATES.get(key)
     if template:  # a repeated call: fill the slots of the stored launches
         if validate:  # templates exist on CUDA only; the CPU path checks every call below
             _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
                      ignore_index).check_labels_on_host()
-        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
-        result, grad = template.run(*tensors, float(grad_output))
+        result, grad = template.run(logits, target, loss_mask, grad_output_tensor, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     # First call of this key (or a key that cannot have a template): check, plan, run, keep the template.
     problem = _problem(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
@@ -63,7 +70,7 @@ def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output
     plan = plan_problem(problem, variant, block_size, num_warps, json.loads(options) if options else {})
     result, grad = plan.run()
     if template is False and not _capturing(logits):
-        TEMPLATES.put(key, make_template(problem, plan))
+        TEMPLATES.put(key, make_template(problem, plan, (logits, target, loss_mask, grad_output_tensor)))
     return result, (grad if grad is not None else logits.new_empty(0))
 
 

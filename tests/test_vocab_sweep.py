@@ -73,16 +73,33 @@ def test_stages_cover_the_grid_once_within_the_time_budget():
 
 def test_stage_table_and_cli_list_rows_and_minutes(capsys):
     table = vocab_sweep.stages_table()
-    assert list(table["stage"]) == [s.name for s in vocab_sweep.stages()]
-    assert table["rows"].sum() == len(full_grid())
+    assert list(table["stage"]) == [s.name for s in vocab_sweep.stages() + vocab_sweep.same_run_stages()]
+    assert table.loc[table["study"] == vocab_sweep.STUDY, "rows"].sum() == len(full_grid())
     assert (table["est_minutes"] <= vocab_sweep.STAGE_BUDGET_S / 60).all()
     assert vocab_sweep.main(["stages"]) == 0
     out = capsys.readouterr().out
-    assert f"{len(table)} stages, {len(full_grid())} configurations" in out
+    assert f"{len(table)} stages, {table['rows'].sum()} configurations" in out
     with pytest.raises(ValueError, match="unknown stage 'nope'"):
         vocab_sweep.find_stage("nope")
     assert vocab_sweep.main(["run", "public-4096-1", "nope"]) == 2  # refused before anything runs
     assert "unknown stage 'nope'" in capsys.readouterr().err
+
+
+def test_same_run_stages_time_every_provider_of_a_cell_in_one_process():
+    stages = vocab_sweep.same_run_stages()
+    assert {s.study for s in stages} == {vocab_sweep.SAME_RUN_STUDY} != {vocab_sweep.STUDY}
+    cells = {}
+    for stage in stages:
+        for row in vocab_sweep.stage_rows(stage):
+            cells.setdefault((row["tokens"], row["vocab"], row["loss"], row["target_format"]), set()).add(
+                (stage.name, row["provider"]))
+    # issue 13's grid: 4096 and 16384 tokens x five vocabularies x the four losses, all four providers of a cell
+    # in the same stage (one process)
+    assert len(cells) == 2 * 5 * 4
+    for found in cells.values():
+        assert len({name for name, _ in found}) == 1
+        assert {provider for _, provider in found} == {"public", "public_autograd", "plan", "fast_llm"}
+    assert vocab_sweep.find_stage(stages[0].name) == stages[0]
 
 
 def test_memory_rule():

@@ -102,7 +102,7 @@ class CallCosts:
     counted" (None) elsewhere (tests pass fakes)."""
 
     def __init__(self, prepare: Callable[..., Any] | None = None, *, device: str = "cuda", rows: int = HOST_ROWS,
-                 calls: int = 100, repeats: int = 5, warmup: int = 10, sync: Callable[[], Any] | None = None,
+                 calls: int = 300, repeats: int = 7, warmup: int = 20, sync: Callable[[], Any] | None = None,
                  count: Callable[[Callable[[], Any]], int | None] | None = None) -> None:
         if prepare is None:
             from .providers import prepare

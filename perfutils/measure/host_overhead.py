@@ -37,6 +37,8 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     import torch
 
     import kernels
+    from kernels.dispatch import TEMPLATES, launcher_entry
+    from kernels.ops import template_key
 
     device = "cuda"
     x = torch.randn(8, 32000, device=device).bfloat16()
@@ -52,6 +54,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     plan.run()
     compiled = launch.compiled
     values = [{**launch.args, **launch.constexprs}[name] for name in launch.fn.arg_names]
+    pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in values]
     stream = torch.cuda.current_stream().cuda_stream
     rows += [
         ("triton launch", "JITFunction fn[grid](**kwargs) (fused kernel, 17 arguments)",
@@ -59,7 +62,14 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
         ("triton launch", "CompiledKernel.run(...) (same kernel, direct)",
          lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
                               None, *values)),
+        ("triton launch", "CompiledKernel.run(...) with pointers as ints (no driver pointer query)",
+         lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
+                              None, *pointers)),
     ]
+    entry, prefix = launcher_entry(compiled)
+    if entry is not compiled.run:
+        rows.append(("triton launch", "the launcher's C launch, pointers as ints (Triton 3.6; what a call uses)",
+                     lambda: entry(launch.grid[0], 1, 1, stream, compiled.function, *prefix, *pointers)))
 
     # (no "from __future__ import annotations" in this module: custom_op reads these annotations as types)
     @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())
@@ -108,6 +118,15 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     for loss, fmt in LOSS_FORMATS:
         target = labels if fmt == "labels" else t
         rows.append(("public call", f"entropy_loss_forward_backward {loss}/{fmt}", public(loss, fmt, target)))
+        public(loss, fmt, target)()  # the first call builds the template timed next
+        options = (True, loss, fmt, -100, "auto", None, None, "", False)
+        template = TEMPLATES.get(template_key(x, target, None, None, *options))
+        if template:
+            rows.append(("public call", f"  of which the template's run (allocations + launches) {loss}/{fmt}",
+                         lambda template=template, target=target: template.run(x, target, None, None, 1.0)))
+            rows.append(("public call", f"  of which the template key and lookup {loss}/{fmt}",
+                         lambda target=target, options=options: TEMPLATES.get(template_key(x, target, None, None,
+                                                                                           *options))))
         rows.append(("public call", f"entropy_loss(...).backward() {loss}/{fmt}", public_autograd(loss, fmt, target)))
     rows.append(("public call", "floor: x.float().sum().backward() (PyTorch's autograd alone)", plain_autograd))
     return rows

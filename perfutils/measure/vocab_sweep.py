@@ -35,9 +35,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 __all__ = [
-    "FP32_VOCABS", "LOSSES", "PEER_16K_VOCABS", "PEERS", "PROJECT", "QUACK_REFERENCE", "QUACK_STUDY", "STAGE_BUDGET_S",
-    "STUDY", "Stage", "TOKENS", "VOCABS", "cpu_dry_run", "estimate_seconds", "find_stage", "fits", "main",
-    "narrow", "quack_reference_frame", "run_stage", "stage_rows", "stages", "stages_table", "write_quack_reference",
+    "FP32_VOCABS", "LOSSES", "PEER_16K_VOCABS", "PEERS", "PROJECT", "QUACK_REFERENCE", "QUACK_STUDY", "SAME_RUN_STUDY",
+    "STAGE_BUDGET_S", "STUDY", "Stage", "TOKENS", "VOCABS", "cpu_dry_run", "estimate_seconds", "find_stage", "fits",
+    "main", "narrow", "quack_reference_frame", "run_stage", "same_run_stages", "stage_rows", "stages", "stages_table",
+    "write_quack_reference",
 ]
 
 STUDY = "vocab_sweep"
@@ -50,6 +51,12 @@ PEERS = ("torch_compile", "liger", "fast_llm", "quack")
 FP32_VOCABS = (32000, 128256, 151936)
 PEER_TOKENS = 4096
 PEER_16K_VOCABS = (32000, 32768, 128256, 131072, 151936)
+# Issue 13's acceptance grid, every provider of a cell timed in one process (the public call against the plan and
+# Fast-LLM "measured in the same run"): its own study, so vocab_sweep.csv's rows stay as recorded.
+SAME_RUN_STUDY = "public_call"
+SAME_RUN_PROVIDERS = ("public", "public_autograd", "plan", "fast_llm")
+SAME_RUN_TOKENS = (4096, 16384)
+SAME_RUN_VOCABS = PEER_16K_VOCABS
 
 # Memory a configuration may use, with its float64 check: half of an H100's 78 GiB, the same on every GPU so the
 # grid is the same everywhere.
@@ -108,6 +115,7 @@ class Stage:
     vocabs: tuple[int, ...]
     losses: tuple[tuple[str, str], ...] = LOSSES
     dtype: str = "bf16"
+    study: str = STUDY
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -175,16 +183,16 @@ def estimate_seconds(rows: Iterable[dict[str, Any]]) -> float:
 
 
 def _split(name: str, group: str, providers: tuple[str, ...], tokens: int, vocabs: Iterable[int],
-           dtype: str = "bf16") -> list[Stage]:
+           dtype: str = "bf16", study: str = STUDY) -> list[Stage]:
     """Consecutive vocabularies into stages planned under :data:`STAGE_BUDGET_S` (numbered ``name-1``, ``-2``...)."""
     chunks: list[list[int]] = [[]]
     for vocab in vocabs:
-        trial = Stage(name, group, providers, tokens, tuple(chunks[-1] + [vocab]), dtype=dtype)
+        trial = Stage(name, group, providers, tokens, tuple(chunks[-1] + [vocab]), dtype=dtype, study=study)
         if chunks[-1] and estimate_seconds(stage_rows(trial)) > STAGE_BUDGET_S:
             chunks.append([vocab])
         else:
             chunks[-1].append(vocab)
-    return [Stage(f"{name}-{index}", group, providers, tokens, tuple(chunk), dtype=dtype)
+    return [Stage(f"{name}-{index}", group, providers, tokens, tuple(chunk), dtype=dtype, study=study)
             for index, chunk in enumerate(chunks, start=1)]
 
 
@@ -199,8 +207,17 @@ def stages() -> list[Stage]:
     return found
 
 
+def same_run_stages() -> list[Stage]:
+    """The stages of :data:`SAME_RUN_STUDY`: the public call, its autograd form, the plan and Fast-LLM at one
+    cell in one process (``same-<tokens>-<n>``)."""
+    found = []
+    for tokens in SAME_RUN_TOKENS:
+        found += _split(f"same-{tokens}", "peers", SAME_RUN_PROVIDERS, tokens, SAME_RUN_VOCABS, study=SAME_RUN_STUDY)
+    return found
+
+
 def find_stage(name: str) -> Stage:
-    known = {stage.name: stage for stage in stages()}
+    known = {stage.name: stage for stage in stages() + same_run_stages()}
     if name not in known:
         raise ValueError(f"unknown stage {name!r}; the stages are {', '.join(known)}")
     return known[name]
@@ -227,10 +244,10 @@ def stages_table():
     import pandas as pd
 
     table = []
-    for stage in stages():
+    for stage in stages() + same_run_stages():
         rows = stage_rows(stage)
         per_provider = {p: sum(r["provider"] == p for r in rows) for p in stage.providers}
-        table.append(dict(stage=stage.name, tokens=stage.tokens, dtype=stage.dtype,
+        table.append(dict(stage=stage.name, study=stage.study, tokens=stage.tokens, dtype=stage.dtype,
                           vocabs=f"{min(stage.vocabs)}..{max(stage.vocabs)} ({len(stage.vocabs)})", rows=len(rows),
                           per_provider=", ".join(f"{p} {n}" for p, n in per_provider.items()),
                           est_minutes=round(estimate_seconds(rows) / 60, 1)))
@@ -289,7 +306,7 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
             settings["ceilings"] = ceilings  # the copy bandwidth the other studies of this GPU report against
         extra = extra or CallCosts()
     planned = stage_rows(stage)
-    log(f"{STUDY} stage {stage.name}: {len(planned)} configurations planned "
+    log(f"{stage.study} stage {stage.name}: {len(planned)} configurations planned "
         f"(~{estimate_seconds(planned) / 60:.1f} min on the H100), stopping new ones after {budget_minutes} min")
 
     def keep(n_tokens, vocab, loss, target_format, variant):
@@ -298,7 +315,7 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
                   "host_cost": {"rows": HOST_ROWS,
                                 "note": f"host_us_per_call on {HOST_ROWS} rows; syncs_per_call at the shape"}}
-    return run_cases(STUDY, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
+    return run_cases(stage.study, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
                      vocabs=list(stage.vocabs), tokens=[stage.tokens], dtype=stage.dtype, out=out, log=log,
                      parameters=parameters, measurer=measurer, extra=extra, deadline=deadline, keep=keep,
                      skip_missing=True, **settings) if planned else None
@@ -416,7 +433,7 @@ def main(argv=None) -> int:
         frame = run_stage(stage, out=args.out, budget_minutes=budget)
         if frame is not None:
             counts = frame["status"].value_counts().to_dict()
-            print(f"{STUDY}: {len(frame)} rows recorded ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})",
+            print(f"{stage.study}: {len(frame)} rows recorded ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})",
                   flush=True)
     return 0
 
