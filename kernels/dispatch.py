@@ -5,19 +5,20 @@ The first call of a key checks the arguments, chooses the variant and configurat
 grid (occupancy of the compiled kernel) and builds its :class:`~kernels.launch.Plan` through the planners. That
 plan becomes a :class:`CallTemplate`: per launch, the compiled kernel and its positional arguments, with the
 per-call tensors (logits, target, labels, mask, grad_output, gradient, workspace) left as slots. Later calls fill
-the slots and launch the compiled kernels directly (``CompiledKernel.run``, about 9 us on the H100 machine, vs
-about 46 us through ``JITFunction.run``, which re-binds and re-specializes every argument).
+the slots and launch the compiled kernels directly (``CompiledKernel.run``, a third of the host time of a
+``JITFunction.run`` launch, which re-binds and re-specializes every argument: ``host_overhead.csv``).
 
 The direct launch needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
 packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9); on any other Triton, under
 the interpreter, with launch hooks installed (profilers) or for a plan with a per-run reset, calls go through
-``JITFunction`` launches as before: slower, same results. Two more savings where they are known to hold:
+``JITFunction`` launches as before: slower, same results.
 
-* pointers are passed as integers (``data_ptr()``) when the first call found that the kernels read the caller's
-  tensors themselves (no copy for an unusual layout): the launcher then skips its per-pointer driver query
-  (``cuPointerGetAttribute``) and no view of the caller's tensors is made;
-* on Triton 3.6 (the version whose launcher this was checked against, :data:`RAW_LAUNCHER_TRITON`), a kernel
-  that needs no scratch memory is launched through the launcher's C function, skipping its Python wrapper.
+Where the first call found that the kernels read the caller's logits, target, mask and grad_output as they are
+(no copy for an unusual layout), later calls pass their data pointers (integers) and make no views of them.
+Integers also spare the launcher its per-pointer driver query, and on Triton 3.6 (:data:`RAW_LAUNCHER_TRITON`,
+the version whose launcher this was checked against) a kernel needing no scratch memory goes through the
+launcher's C function without its Python wrapper; the H100 machine measured neither as a gain of its own (one
+launch takes the same time within 0.1 us, ``host_overhead.csv``), and the views saved were not timed apart.
 """
 
 from __future__ import annotations

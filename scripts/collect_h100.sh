@@ -12,6 +12,8 @@
 # one (each stops starting rows after 7 minutes; run it again to resume). The peers stages run Fast-LLM HEAD from
 # FAST_LLM_PATH (left out with a message without it), e.g.
 #   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-7d61a1ba scripts/collect_h100.sh vocab-peers-4096-1
+# Issue 13's grid with every provider of a cell in one process (public_call.csv: public call, autograd form, plan,
+# Fast-LLM): vocab-same-4096-1 and vocab-same-16384-1, with FAST_LLM_PATH as above.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"

@@ -504,6 +504,45 @@ def test_readme_vocab_sweep_results_are_generated_from_the_data():
     assert summary.vocab_sweep_table(gpu_dir) in (REPO / "README.md").read_text()
 
 
+def test_readme_one_process_results_are_generated_from_the_data():
+    """The README's one-process table (issue 13's grid) is perfutils.plots.summary's output for public_call.csv."""
+    from perfutils.plots import summary
+
+    gpu_dir = REPO / "data" / "h100-sxm-80gb"
+    if not (gpu_dir / "public_call.csv").exists():
+        pytest.skip("no public_call.csv recorded yet")
+    assert summary.public_call_table(gpu_dir) in (REPO / "README.md").read_text()
+
+
+def test_public_call_table_from_a_small_record(tmp_path):
+    """Ratios are the worst over the losses of a cell; a sync in the first row a process recorded is named so."""
+    from perfutils.measure.store import write_table
+    from perfutils.plots import summary
+
+    rows = []
+    for n, (variant, ms, host, syncs) in enumerate([("public", 1.02, 30.0, 1), ("public_autograd", 1.10, 150.0, 0),
+                                                     ("plan", 1.00, 20.0, 0), ("fast_llm", 2.04, 120.0, 0)]):
+        for k, loss in enumerate(("forward_kl", "reverse_kl")):
+            rows.append(dict(loss=loss, target_format="logits", variant=variant, dtype="bf16", tokens=4096,
+                             vocab=32000, ms_median=ms * (1 + k), host_us_per_call=host + k, status="ok",
+                             syncs_per_call=syncs if (n, k) == (0, 0) else 0,
+                             timestamp_utc=f"2026-11-23T10:00:{2 * n + k:02d}Z", study="public_call",
+                             gpu_name="NVIDIA H100 80GB HBM3", config_key=f"{variant};{loss}"))
+    from perfutils.measure.schema import COLUMNS
+
+    frame = pd.DataFrame(rows)
+    for column in COLUMNS:  # the schema's other columns, empty
+        if column not in frame:
+            frame[column] = None
+    gpu_dir = tmp_path / "h100-sxm-80gb"
+    gpu_dir.mkdir()
+    write_table(frame, gpu_dir / "public_call.csv",
+                {"gpu_name": "NVIDIA H100 80GB HBM3", "timestamp_utc": "2026-11-23T09:59:59Z"})
+    text = summary.public_call_table(gpu_dir)
+    assert "| 4096 × 32000 | 1.020 | 1.100 | 0.50 | 30–31 | 120–121 | 1 |" in text
+    assert "0 syncs in 1 of 2 cells (the 1 call with one sync: the first configuration a process measured)" in text
+
+
 def test_narrow_keeps_a_part_of_a_stage_and_refuses_unknown_names():
     stage = vocab_sweep.find_stage("peers-4096-1")
     part = vocab_sweep.narrow(stage, vocabs=[32000, 50257], providers=["fast_llm"])

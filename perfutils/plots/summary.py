@@ -2,6 +2,7 @@
 
     python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]                # benchmark.csv's table
     python -m perfutils.plots.summary --vocab-sweep [--gpu-dir data/h100-sxm-80gb]  # vocab_sweep.csv's table
+    python -m perfutils.plots.summary --public-call [--gpu-dir data/h100-sxm-80gb]  # public_call.csv's table
 """
 
 from __future__ import annotations
@@ -162,12 +163,108 @@ def quack_line(df, gpu_dir: Path, dtype: str = "bf16") -> str | None:
             f"data/{gpu_dir.name}/quack_reference.csv): " + "; ".join(parts) + ".")
 
 
+def public_call_table(gpu_dir: Path) -> str:
+    """Issue 13's acceptance grid (``public_call.csv``: every provider of a cell timed in one process): per tokens x
+    vocab, the worst over the four losses of the public call / plan, autograd form / plan and public call /
+    Fast-LLM; host µs per call of the public call and of Fast-LLM; syncs per call; then a summary line."""
+    path = gpu_dir / "public_call.csv"
+    df = load_records(path)
+    meta = df.attrs["metadata"]
+    ok = df[df["status"] == "ok"]
+    ms = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant", values="ms_median")
+    host = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant",
+                          values="host_us_per_call")
+    syncs = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant",
+                           values="syncs_per_call", aggfunc="max")
+    ratios = pd.DataFrame({"public_plan": ms["public"] / ms["plan"],
+                           "autograd_plan": ms["public_autograd"] / ms["plan"],
+                           "public_fast_llm": ms["public"] / ms["fast_llm"],
+                           "host_public": host["public"], "host_fast_llm": host["fast_llm"],
+                           "syncs": syncs[["public", "public_autograd"]].max(axis=1)})
+    header = ["tokens × vocab", "public / plan", "autograd form / plan", "public / Fast-LLM", "host µs: public",
+              "host µs: Fast-LLM", "syncs"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (tokens, vocab), cell in ratios.groupby(level=["tokens", "vocab"]):
+        lines.append(f"| {tokens} × {vocab} | {cell['public_plan'].max():.3f} | {cell['autograd_plan'].max():.3f} | "
+                     f"{cell['public_fast_llm'].max():.2f} | {cell['host_public'].min():.0f}–"
+                     f"{cell['host_public'].max():.0f} | {cell['host_fast_llm'].min():.0f}–"
+                     f"{cell['host_fast_llm'].max():.0f} | {int(cell['syncs'].max())} |")
+    # host µs: measured once per (provider, loss, vocab) in each stage's process
+    per_call = ok[ok["variant"] == "public"].drop_duplicates(["loss", "target_format", "vocab", "host_us_per_call"])
+    fast = ok[ok["variant"] == "fast_llm"].drop_duplicates(["loss", "target_format", "vocab", "host_us_per_call"])
+    host_us = per_call["host_us_per_call"]
+    zero = int((ratios["syncs"] == 0).sum())
+    first = _first_of_their_process(ok, meta, ok[(ok["syncs_per_call"] > 0)])
+    fast_llm = sorted({str(c.get("commit", ""))[:8] for c in meta.get("parameters", {}).get("fast_llm", [])} - {""})
+    source = (f"Every provider of a cell in one process, cells in turn; ms are medians of CUDA-event timings (do_bench, "
+              f"L2 flushed), bf16, fwd+bwd, each cell the worst of the four losses; {meta.get('gpu_name')}, torch "
+              f"{meta.get('torch_version')}, Triton {meta.get('triton_version')}"
+              + (f", Fast-LLM {', '.join(fast_llm)}" if fast_llm else "")
+              + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/public_call.csv). Host µs: wall-clock per call on 8 "
+              "rows (batches of calls back to back, median batch), the range over the four losses; syncs: the most "
+              "device-to-host synchronizations of one call of the public call or its autograd form at the shape.")
+    summary = (f"Over the {len(ratios)} cells: public call / plan {ratios['public_plan'].min():.3f}–"
+               f"{ratios['public_plan'].max():.3f}; public call / Fast-LLM at most {ratios['public_fast_llm'].max():.2f}; "
+               f"autograd form / plan at most {ratios['autograd_plan'].max():.2f}; public call host µs median "
+               f"{host_us.median():.0f}, max {host_us.max():.0f}, at most 40 µs in {int((host_us <= 40).sum())} of "
+               f"{len(host_us)} measurements (Fast-LLM: median {fast['host_us_per_call'].median():.0f}); 0 syncs "
+               f"in {zero} of {len(ratios)} cells"
+               + (f" (the {first} call{'s' if first > 1 else ''} with one sync: the first configuration a process "
+                  "measured)" if first and first == len(ok[ok["syncs_per_call"] > 0]) else "") + ".")
+    overhead = host_overhead_line(gpu_dir)
+    return "\n".join(lines) + "\n\n" + source + "\n\n" + summary + (f"\n\n{overhead}" if overhead else "")
+
+
+def host_overhead_line(gpu_dir: Path) -> str | None:
+    """What the pieces of a repeated call cost the host (``host_overhead.csv``), as one sentence."""
+    path = gpu_dir / "host_overhead.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    meta = load_metadata(path)
+    us = df.set_index("piece")["us_per_call"]
+
+    def pick(prefix: str) -> pd.Series:
+        return us[us.index.str.startswith(prefix)]
+
+    public = pick("entropy_loss_forward_backward")
+    template = pick("  of which the template's run")
+    autograd = pick("entropy_loss(...).backward()")
+    floor = pick("floor:")
+    launch = pick("CompiledKernel.run(...) (same kernel, direct)")
+    empty = pick("torch.empty")
+    return (f"Host µs per piece of a repeated call ({meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton "
+            f"{meta.get('triton_version')}, {meta.get('problem', '8 x 32000 bf16')}, recorded "
+            f"{str(meta.get('timestamp_utc', ''))[:10]}; data/{gpu_dir.name}/host_overhead.csv): the public call "
+            f"{public.min():.0f}–{public.max():.0f} over the four losses, of which the template's two allocations "
+            f"and two launches {template.min():.0f}–{template.max():.0f} (one compiled-kernel launch "
+            f"{launch.iloc[0]:.1f}, one `torch.empty` {empty.min():.1f}–{empty.max():.1f}); the autograd form "
+            f"{autograd.min():.0f}–{autograd.max():.0f}, where PyTorch's autograd alone on `x.float().sum().backward()` "
+            f"costs {floor.iloc[0]:.0f}.")
+
+
+def _first_of_their_process(rows, meta: dict, chosen) -> int:
+    """How many of ``chosen`` rows were the first a process (a sidecar session) recorded."""
+    starts = sorted(str(m.get("timestamp_utc")) for m in [meta, *meta.get("sessions", [])] if m.get("timestamp_utc"))
+    stamps = sorted(rows["timestamp_utc"].astype(str))
+    count = 0
+    for stamp in chosen["timestamp_utc"].astype(str):
+        start = max((s for s in starts if s <= stamp), default=None)
+        if start is not None and not any(start <= other < stamp for other in stamps):
+            count += 1
+    return count
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.plots.summary")
     parser.add_argument("--gpu-dir", type=Path, default=Path("data/h100-sxm-80gb"))
     parser.add_argument("--vocab-sweep", action="store_true", help="the vocab sweep's table (vocab_sweep.csv)")
+    parser.add_argument("--public-call", action="store_true", help="issue 13's grid in one process (public_call.csv)")
     args = parser.parse_args(argv)
-    print(vocab_sweep_table(args.gpu_dir) if args.vocab_sweep else benchmark_table(args.gpu_dir))
+    if args.public_call:
+        print(public_call_table(args.gpu_dir))
+    else:
+        print(vocab_sweep_table(args.gpu_dir) if args.vocab_sweep else benchmark_table(args.gpu_dir))
     return 0
 
 
