@@ -55,7 +55,14 @@ LOSSES = (("reverse_kl", "logits"), ("cross_entropy", "logits"), ("cross_entropy
 OFFLINE_LOSSES = (("reverse_kl", "logits"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
                   ("cross_entropy", "labels"))
 TARGET_GPU = "NVIDIA H100 80GB HBM3"  # the folder (data/h100-sxm-80gb) the sm_90 compiles belong to
-SM_COUNT_H100 = 132
+
+
+def _target_sm_count() -> int:
+    from ..model.hardware import lookup_device
+
+    return lookup_device(TARGET_GPU).sm_count  # 132 (the H100 SXM datasheet)
+
+
 STUDY = "case_497"
 ABLATION_STUDY = "case_497_ablation"
 OFFLINE_STUDY = "case_497_registers_offline"
@@ -145,7 +152,7 @@ def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dic
         "blocks_per_sm": int(occ.blocks_per_sm),
         "limiter": occ.limiter,
         # The stack of every resident thread of the GPU (H100: 132 SMs) against its 50 MB L2.
-        "resident_stack_bytes": result.spill_bytes * threads * int(occ.blocks_per_sm) * SM_COUNT_H100,
+        "resident_stack_bytes": result.spill_bytes * threads * int(occ.blocks_per_sm) * _target_sm_count(),
         # Spill instructions' bytes x threads x rows: exact for straight-line (unrolled) code, a lower bound
         # when a spill sits in a loop that runs more than once.
         "static_spill_traffic_bytes": spill_traffic,

@@ -33,6 +33,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..measure.case_497 import ISSUE_COMMIT  # noqa: E402  (Fast-LLM's kernel of issue #497)
 from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
 from .figures import check_frame  # noqa: E402
 
@@ -57,7 +58,6 @@ __all__ = [
     "with_offline",
 ]
 
-ISSUE_COMMIT = "27f4747e"  # Fast-LLM's kernel of issue #497 (the parent of the fixing commit)
 EMULATION = "emulation: fused, 32K cap"
 _FAST_LLM = "fast_llm_"
 _ABLATION = "case497."

@@ -105,10 +105,14 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 
 
+def _session_starts(meta: dict) -> list[str]:
+    """When each process that wrote a data file started (the sidecar's own stamp and its sessions'), sorted."""
+    return sorted(str(m["timestamp_utc"]) for m in [meta, *meta.get("sessions", [])] if m.get("timestamp_utc"))
+
+
 def _dates(meta: dict) -> str:
-    stamps = [str(s.get("timestamp_utc") or "")[:10] for s in [meta, *meta.get("sessions", [])]]
-    stamps = sorted(s for s in stamps if s)
-    return stamps[0] if stamps and stamps[0] == stamps[-1] else (f"{stamps[0]} to {stamps[-1]}" if stamps else "?")
+    days = [stamp[:10] for stamp in _session_starts(meta)]
+    return "?" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
 
 
 def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16") -> list[str]:
@@ -245,7 +249,7 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
 
 def _first_of_their_process(rows, meta: dict, chosen) -> int:
     """How many of ``chosen`` rows were the first a process (a sidecar session) recorded."""
-    starts = sorted(str(m.get("timestamp_utc")) for m in [meta, *meta.get("sessions", [])] if m.get("timestamp_utc"))
+    starts = _session_starts(meta)
     stamps = sorted(rows["timestamp_utc"].astype(str))
     count = 0
     for stamp in chosen["timestamp_utc"].astype(str):
