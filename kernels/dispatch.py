@@ -15,10 +15,6 @@ the interpreter, with launch hooks installed (profilers) or for a plan with a pe
 
 Where the first call found that the kernels read the caller's logits, target, mask and grad_output as they are
 (no copy for an unusual layout), later calls pass their data pointers (integers) and make no views of them.
-Integers also spare the launcher its per-pointer driver query, and on Triton 3.6 (:data:`RAW_LAUNCHER_TRITON`,
-the version whose launcher this was checked against) a kernel needing no scratch memory goes through the
-launcher's C function without its Python wrapper; the H100 machine measured neither as a gain of its own (one
-launch takes the same time within 0.1 us, ``host_overhead.csv``), and the views saved were not timed apart.
 """
 
 from __future__ import annotations
@@ -39,19 +35,14 @@ ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace
 GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
 
 
-def _triton_version() -> tuple[int, int] | None:
+def _triton_supports_direct_launch() -> bool:
     import triton
 
     try:
         major, minor = (int(part) for part in triton.__version__.split(".")[:2])
     except ValueError:
-        return None
-    return major, minor
-
-
-def _triton_supports_direct_launch() -> bool:
-    version = _triton_version()
-    return version is not None and (3, 3) <= version < (3, 10)
+        return False
+    return (3, 3) <= (major, minor) < (3, 10)
 
 
 def _launch_hooks_installed() -> bool:
@@ -67,44 +58,21 @@ def _launch_hooks_installed() -> bool:
     return active(knobs.runtime.launch_enter_hook) or active(knobs.runtime.launch_exit_hook)
 
 
-RAW_LAUNCHER_TRITON = (3, 6)
-
-
-def launcher_entry(compiled) -> tuple[Any, tuple]:
-    """(callable, arguments between (grid, stream, function) and the kernel's own) for a compiled kernel: the C
-    ``launch`` of Triton 3.6's ``CudaLauncher`` when the kernel needs no global or profile scratch, else the
-    launcher object itself (``CompiledKernel.run``, whose signature holds from Triton 3.3 to 3.9)."""
-    run = compiled.run
-    raw = getattr(run, "launch", None)
-    if (_triton_version() == RAW_LAUNCHER_TRITON and type(run).__name__ == "CudaLauncher" and callable(raw)
-            and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
-            and hasattr(run, "launch_cooperative_grid") and hasattr(run, "launch_pdl")):
-        # Triton 3.6 driver.py: launch(gx, gy, gz, stream, function, cooperative, pdl, global_scratch,
-        # profile_scratch, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)
-        return raw, (run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata, None, None,
-                     None)
-    return run, (compiled.packed_metadata, None, None, None)
-
-
 @dataclass
 class _TemplateLaunch:
     compiled: Any  # triton CompiledKernel
     grid: tuple[int, int, int]
     values: list  # every parameter's value in order (constexprs included), per-call tensors as None
     slots: list[tuple[int, int]]  # (position in values, index into the call's tensors)
-    entry: Any = None  # what launches it (see launcher_entry)
-    prefix: tuple = ()
-
-    def __post_init__(self) -> None:
-        if self.entry is None:
-            self.entry, self.prefix = launcher_entry(self.compiled)
 
     def __call__(self, tensors: list, stream: int) -> None:
         """Launch with the call's values: tensors or their data pointers (integers), by slot."""
         values = self.values.copy()
         for position, role in self.slots:
             values[position] = tensors[role]
-        self.entry(self.grid[0], self.grid[1], self.grid[2], stream, self.compiled.function, *self.prefix, *values)
+        compiled = self.compiled
+        compiled.run(self.grid[0], self.grid[1], self.grid[2], stream, compiled.function, compiled.packed_metadata,
+                     None, None, None, *values)
 
 
 @dataclass
@@ -126,20 +94,16 @@ class CallTemplate:
     device: torch.device
     target_format: str
     passthrough: bool
-    workspaces: dict = field(default_factory=dict)  # raw stream handle -> (workspace, its data pointer)
+    workspaces: dict = field(default_factory=dict)  # raw stream handle -> workspace
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, grad_output_value: float
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.passthrough:
-            target_ptr = target.data_ptr()
-            pointers = [logits.data_ptr(), target_ptr, target_ptr,
-                        loss_mask.data_ptr() if loss_mask is not None else None,
-                        grad_output_tensor.data_ptr() if grad_output_tensor is not None else None]
-        else:  # copies for the kernels: held until the launches are queued (freed earlier, the loss or the gradient
-            # allocated below could take their memory)
-            copies = call_tensors(logits, target, self.target_format, loss_mask, grad_output_tensor)
-            pointers = [t.data_ptr() if t is not None else None for t in copies]
+        # The kernels' tensors: the caller's own, or copies (held in this frame until the launches are queued: freed
+        # earlier, the loss or the gradient allocated below could take their memory).
+        tensors = ((logits, target, target, loss_mask, grad_output_tensor) if self.passthrough
+                   else call_tensors(logits, target, self.target_format, loss_mask, grad_output_tensor))
+        pointers = [t.data_ptr() if t is not None else None for t in tensors]
         device = self.device
         stream = torch._C._cuda_getCurrentRawStream(device.index)
         loss = torch.empty((), dtype=torch.float32, device=device)
@@ -148,17 +112,15 @@ class CallTemplate:
         with self.lock:
             if torch.cuda.is_current_stream_capturing():
                 workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
-                kept = (workspace, workspace.data_ptr())
             else:
-                kept = self.workspaces.get(stream)
-                if kept is None:
-                    workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
-                    kept = self.workspaces[stream] = (workspace, workspace.data_ptr())
-            pointers += [grad.data_ptr() if grad is not None else None, kept[1], loss.data_ptr(), grad_output_value]
+                workspace = self.workspaces.get(stream)
+                if workspace is None:
+                    workspace = self.workspaces[stream] = torch.empty(self.workspace_shape, dtype=torch.float32,
+                                                                      device=device)
+            pointers += [grad.data_ptr() if grad is not None else None, workspace.data_ptr(), loss.data_ptr(),
+                         grad_output_value]
             for launch in self.launches:
                 launch(pointers, stream)
-        if not self.passthrough:
-            del copies  # the launches are queued: stream order protects the memory from here on
         return loss, grad
 
 

@@ -208,47 +208,23 @@ def test_call_key_tells_apart_what_a_template_cannot_reuse():
 class _FakeCompiled:
     """What kernels.dispatch reads of a triton CompiledKernel, recording the launches it is given."""
 
-    def __init__(self, launcher_name: str, scratch: int = 0):
+    def __init__(self):
         self.calls = []
-        launcher = type(launcher_name, (), {})()
-        launcher.launch = lambda *args: self.calls.append(("raw", args))
-        launcher.global_scratch_size = scratch
-        launcher.profile_scratch_size = 0
-        launcher.launch_cooperative_grid = False
-        launcher.launch_pdl = False
-        self.run = launcher
+        self.run = lambda *args: self.calls.append(args)
         self.function = 1234
         self.packed_metadata = (4, 1, 0)
 
 
-@pytest.mark.parametrize("version, name, scratch, raw", [((3, 6), "CudaLauncher", 0, True),
-                                                         ((3, 6), "CudaLauncher", 256, False),
-                                                         ((3, 7), "CudaLauncher", 0, False),
-                                                         ((3, 6), "HIPLauncher", 0, False)])
-def test_launcher_entry_takes_the_c_launch_only_where_checked(monkeypatch, version, name, scratch, raw):
+def test_template_launch_puts_the_call_values_in_their_slots():
     from kernels import dispatch
 
-    monkeypatch.setattr(dispatch, "_triton_version", lambda: version)
-    compiled = _FakeCompiled(name, scratch)
-    entry, prefix = dispatch.launcher_entry(compiled)
-    if raw:  # Triton 3.6's order: cooperative, pdl, global scratch, profile scratch, metadata, launch metadata, hooks
-        assert entry is compiled.run.launch
-        assert prefix == (False, False, None, None, compiled.packed_metadata, None, None, None)
-    else:
-        assert entry is compiled.run and prefix == (compiled.packed_metadata, None, None, None)
-
-
-def test_template_launch_puts_the_call_values_in_their_slots(monkeypatch):
-    from kernels import dispatch
-
-    monkeypatch.setattr(dispatch, "_triton_version", lambda: (3, 6))
-    compiled = _FakeCompiled("CudaLauncher")
+    compiled = _FakeCompiled()
     launch = dispatch._TemplateLaunch(compiled, (3, 1, 1), [None, 7, None, "C"], [(0, 2), (2, 0)])
     launch([111, 222, 333], stream=99)
     launch([444, 555, 666], stream=99)
-    prefix = (False, False, None, None, compiled.packed_metadata, None, None, None)
-    assert compiled.calls == [("raw", (3, 1, 1, 99, 1234, *prefix, 333, 7, 111, "C")),
-                              ("raw", (3, 1, 1, 99, 1234, *prefix, 666, 7, 444, "C"))]
+    prefix = (compiled.packed_metadata, None, None, None)
+    assert compiled.calls == [(3, 1, 1, 99, 1234, *prefix, 333, 7, 111, "C"),
+                              (3, 1, 1, 99, 1234, *prefix, 666, 7, 444, "C")]
 
 
 def test_template_passes_pointers_only_where_the_kernels_read_the_callers_tensors():

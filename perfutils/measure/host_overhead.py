@@ -37,7 +37,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     import torch
 
     import kernels
-    from kernels.dispatch import TEMPLATES, launcher_entry
+    from kernels.dispatch import TEMPLATES
     from kernels.ops import template_key
 
     device = "cuda"
@@ -66,10 +66,6 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
          lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
                               None, *pointers)),
     ]
-    entry, prefix = launcher_entry(compiled)
-    if entry is not compiled.run:
-        rows.append(("triton launch", "the launcher's C launch, pointers as ints (Triton 3.6; what a call uses)",
-                     lambda: entry(launch.grid[0], 1, 1, stream, compiled.function, *prefix, *pointers)))
 
     # (no "from __future__ import annotations" in this module: custom_op reads these annotations as types)
     @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())

@@ -175,11 +175,10 @@ def public_call_table(gpu_dir: Path) -> str:
     df = load_records(path)
     meta = df.attrs["metadata"]
     ok = df[df["status"] == "ok"]
-    ms = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant", values="ms_median")
-    host = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant",
-                          values="host_us_per_call")
-    syncs = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant",
-                           values="syncs_per_call", aggfunc="max")
+    # one row per (cell, provider)
+    cells = ok.pivot_table(index=["tokens", "vocab", "loss", "target_format"], columns="variant",
+                           values=["ms_median", "host_us_per_call", "syncs_per_call"])
+    ms, host, syncs = cells["ms_median"], cells["host_us_per_call"], cells["syncs_per_call"]
     ratios = pd.DataFrame({"public_plan": ms["public"] / ms["plan"],
                            "autograd_plan": ms["public_autograd"] / ms["plan"],
                            "public_fast_llm": ms["public"] / ms["fast_llm"],
@@ -193,12 +192,10 @@ def public_call_table(gpu_dir: Path) -> str:
                      f"{cell['public_fast_llm'].max():.2f} | {cell['host_public'].min():.0f}–"
                      f"{cell['host_public'].max():.0f} | {cell['host_fast_llm'].min():.0f}–"
                      f"{cell['host_fast_llm'].max():.0f} | {int(cell['syncs'].max())} |")
-    # host µs: measured once per (provider, loss, vocab) in each stage's process
-    per_call = ok[ok["variant"] == "public"].drop_duplicates(["loss", "target_format", "vocab", "host_us_per_call"])
-    fast = ok[ok["variant"] == "fast_llm"].drop_duplicates(["loss", "target_format", "vocab", "host_us_per_call"])
-    host_us = per_call["host_us_per_call"]
+    host_us = host["public"]  # measured once per (provider, loss, vocab) in each stage's process: one per cell
     zero = int((ratios["syncs"] == 0).sum())
-    first = _first_of_their_process(ok, meta, ok[(ok["syncs_per_call"] > 0)])
+    synced = ok[ok["syncs_per_call"] > 0]
+    first = _first_of_their_process(ok, meta, synced)
     fast_llm = sorted({str(c.get("commit", ""))[:8] for c in meta.get("parameters", {}).get("fast_llm", [])} - {""})
     source = (f"Every provider of a cell in one process, cells in turn; ms are medians of CUDA-event timings (do_bench, "
               f"L2 flushed), bf16, fwd+bwd, each cell the worst of the four losses; {meta.get('gpu_name')}, torch "
@@ -211,10 +208,10 @@ def public_call_table(gpu_dir: Path) -> str:
                f"{ratios['public_plan'].max():.3f}; public call / Fast-LLM at most {ratios['public_fast_llm'].max():.2f}; "
                f"autograd form / plan at most {ratios['autograd_plan'].max():.2f}; public call host µs median "
                f"{host_us.median():.0f}, max {host_us.max():.0f}, at most 40 µs in {int((host_us <= 40).sum())} of "
-               f"{len(host_us)} measurements (Fast-LLM: median {fast['host_us_per_call'].median():.0f}); 0 syncs "
+               f"{len(host_us)} measurements (Fast-LLM: median {host['fast_llm'].median():.0f}); 0 syncs "
                f"in {zero} of {len(ratios)} cells"
                + (f" (the {first} call{'s' if first > 1 else ''} with one sync: the first configuration a process "
-                  "measured)" if first and first == len(ok[ok["syncs_per_call"] > 0]) else "") + ".")
+                  "measured)" if first and first == len(synced) else "") + ".")
     overhead = host_overhead_line(gpu_dir)
     return "\n".join(lines) + "\n\n" + source + "\n\n" + summary + (f"\n\n{overhead}" if overhead else "")
 
