@@ -1,5 +1,6 @@
 """The host side of a call, made cheap: everything that depends only on shapes, strides, dtypes, device and options
-is worked out once per such key, and a repeated call does a lookup, two allocations and its launches.
+is worked out once per such key, and a repeated call does a lookup, two allocations and its launch (one for every
+variant but two_pass: the loss kernels count the rows of the mean themselves, ``row_math.call_scales``).
 
 The first call of a key checks the arguments, chooses the variant and configuration, sizes split_row's persistent
 grid (occupancy of the compiled kernel) and builds its :class:`~kernels.launch.Plan` through the planners. That
@@ -27,10 +28,10 @@ from typing import Any
 import torch
 
 from .launch import Plan
-from .problem import Problem, as_flat, as_rows
+from .problem import Problem, as_flat, as_rows, initialize_workspace
 
 # The per-call values a template takes, in the order CallTemplate.run passes them; tensors by identity, and the
-# prologue's grad_output number by parameter name.
+# grad_output number by parameter name.
 ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace", "loss", "grad_output_value")
 GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
 
@@ -79,9 +80,11 @@ class _TemplateLaunch:
 class CallTemplate:
     """A plan with its per-call tensors taken out: what a repeated call runs.
 
-    The gradient and the loss are new tensors every call. The workspace (scales, counters, row losses, exchange
+    The gradient and the loss are new tensors every call. The workspace (row count, counters, row losses, exchange
     buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
-    the prologue re-initializes it; under CUDA-graph capture a call takes a fresh one from the graph's pool. A lock
+    the kernels leave it as the next call expects it (``row_math.finish_program``); a new one is initialized once
+    (``workspace_fills``). Under CUDA-graph capture a call takes a fresh one from the graph's pool, initialized in
+    the graph (its replays re-initialize it). A lock
     keeps one call's launches together when threads share a stream. ``passthrough``: the first call's kernels read
     the caller's logits, target, mask and grad_output tensors themselves (no copy), so later calls with the same
     key pass their data pointers without making views (:func:`call_tensors` otherwise)."""
@@ -94,6 +97,7 @@ class CallTemplate:
     device: torch.device
     target_format: str
     passthrough: bool
+    workspace_fills: tuple = ()
     workspaces: dict = field(default_factory=dict)  # raw stream handle -> workspace
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,17 +115,20 @@ class CallTemplate:
         grad = torch.empty(self.out_shape, dtype=self.grad_dtype, device=device) if self.has_grad else None
         with self.lock:
             if torch.cuda.is_current_stream_capturing():
-                workspace = torch.empty(self.workspace_shape, dtype=torch.float32, device=device)
+                workspace = self.new_workspace()
             else:
                 workspace = self.workspaces.get(stream)
                 if workspace is None:
-                    workspace = self.workspaces[stream] = torch.empty(self.workspace_shape, dtype=torch.float32,
-                                                                      device=device)
+                    workspace = self.workspaces[stream] = self.new_workspace()
             pointers += [grad.data_ptr() if grad is not None else None, workspace.data_ptr(), loss.data_ptr(),
                          grad_output_value]
             for launch in self.launches:
                 launch(pointers, stream)
         return loss, grad
+
+    def new_workspace(self) -> torch.Tensor:
+        return initialize_workspace(torch.empty(self.workspace_shape, dtype=torch.float32, device=self.device),
+                                    self.workspace_fills)
 
 
 def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> CallTemplate | None:
@@ -138,8 +145,7 @@ def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> C
             by_identity.setdefault(id(tensor), ROLES.index(role))
     launches = []
     for launch in plan.all_launches:
-        scalar_slots = {"grad_output": GRAD_OUTPUT_VALUE} if launch.name == "prologue" else {}
-        template_launch = direct_launch(launch, by_identity, scalar_slots)
+        template_launch = direct_launch(launch, by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
         if template_launch is None:
             return None
         launches.append(template_launch)
@@ -152,6 +158,7 @@ def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> C
         device=problem.logits.device,
         target_format=problem.target_format,
         passthrough=given is not None and reads_given_tensors(problem, *given),
+        workspace_fills=plan.workspace_fills,
     )
 
 

@@ -13,16 +13,15 @@ import triton
 import triton.language as tl
 
 from .launch import Launch, Plan
-from .prologue import prologue_launch
 from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
     body_offset,
+    call_scales,
     combine_statistics,
     finish_program,
     gradient_from_summary,
     load_edge,
     label_logit,
-    load_scales,
     load_tiles,
     lse_difference,
     row_loss,
@@ -36,23 +35,26 @@ from .row_math import (
 )
 
 
-@triton.jit
+@triton.jit(debug=True)  # debug: keeps call_scales' device_assert (Launch.options turns Triton's overflow checks off)
 def fused_loss_kernel(
     logits_ptr,  # (n_rows, n_cols) logits, row stride logits_stride
     target_ptr,  # (n_rows, n_cols) target logits, or a dummy for labels
     labels_ptr,  # (n_rows,) integer labels, or a dummy
     mask_ptr,  # (n_rows,) bool row mask, or a dummy
     grad_ptr,  # (n_rows, n_cols) gradient out, contiguous, logits' dtype
-    ws_ptr,  # fp32 workspace: scales in, row losses out (kernels.problem)
+    ws_ptr,  # fp32 workspace: row count, row losses, finish counters (kernels.problem)
     loss_ptr,  # 0-d fp32 loss out (the mean over the rows that count)
     n_rows,
     n_cols,
     logits_stride,
     target_stride,
     ignore_index,
+    grad_output_ptr,  # 0-d grad_output on the device, or a dummy
+    grad_output,  # grad_output as a number (GRAD_OUTPUT_IN_MEMORY false)
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
+    GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
     SINGLE_TILE: tl.constexpr,  # the row fits in one tile: no loop, no re-read
     BLOCK_SIZE: tl.constexpr,
     PEEL: tl.constexpr = False,  # rows not 16-byte aligned: 16-byte body plus a scalar head/tail tile (row_peel)
@@ -68,7 +70,8 @@ def fused_loss_kernel(
     t_body = target_ptr + body_offset(row * target_stride, head, PEEL, VEC)
     g_body = grad_ptr + body_offset(row * n_cols, head, PEEL, VEC)
     loss_rows_ptr = row_losses_ptr(ws_ptr)
-    loss_scale, grad_scale = load_scales(ws_ptr)
+    loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
+                                         ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
 
     valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
     if valid:
@@ -160,18 +163,18 @@ def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int |
         finish=finisher(problem, loss, grad),
         config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size)},
         buffers=[workspace, grad, loss],
-        prologue=prologue_launch(problem, workspace, loss),
     )
 
 
 def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, loss, grad) -> Launch:
     """The fused kernel's launch (also used by split_row for rows that fit in one chunk)."""
+    scale_args, scale_constexprs = problem.scale_args()
     return Launch(
         name="fused",
         fn=fused_loss_kernel,
         grid=(problem.n_rows,),
-        args=problem.loss_args(workspace, loss, grad),
-        constexprs=dict(problem.loss_constexprs(), SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size,
+        args=dict(problem.loss_args(workspace, loss, grad), **scale_args),
+        constexprs=dict(problem.loss_constexprs(), **scale_constexprs, SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size,
                         **problem.peel_constexprs()),
         num_warps=num_warps,
     )

@@ -11,6 +11,24 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+def _has_sanitize_overflow() -> bool:
+    """Whether this Triton has the ``sanitize_overflow`` compile option (an unknown option is an error at launch)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "sanitize_overflow" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+_HAS_SANITIZE_OVERFLOW = _has_sanitize_overflow()
+
+
+def debug_compile_options(fn: Any) -> dict[str, Any]:
+    """Compile options of a kernel jitted with debug=True (to keep a ``device_assert``): no integer-overflow checks,
+    which Triton adds to every int32 add, sub and mul in debug mode and the loss kernels must not pay."""
+    return {"sanitize_overflow": False} if getattr(fn, "debug", None) and _HAS_SANITIZE_OVERFLOW else {}
+
+
 @dataclass
 class Launch:
     """One `fn[grid](**args, **constexprs, num_warps=..., num_stages=..., [maxnreg=...])` call."""
@@ -27,8 +45,9 @@ class Launch:
 
     @property
     def options(self) -> dict[str, Any]:
-        """Compile options of this launch (``maxnreg`` only when set: a launch without it compiles as before)."""
-        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        """Compile options of this launch (``maxnreg`` only when set: a launch without it compiles as before; see
+        :func:`debug_compile_options` for kernels jitted with debug=True)."""
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages, **debug_compile_options(self.fn)}
         if self.maxnreg is not None:
             options["maxnreg"] = self.maxnreg
         return options
@@ -55,7 +74,9 @@ class Plan:
     reset: Callable[[], None] | None = None  # re-arms per-call state (e.g. split_row's row counters) before a run
 
     buffers: list = field(default_factory=list, repr=False)  # tensors allocated when the plan was built
-    prologue: Launch | None = None  # runs before ``launches``: counts rows, checks labels, zeroes counters (kernels.prologue)
+    prologue: Launch | None = None  # runs before ``launches`` (kernels.prologue): only kernels that read their scales
+    # the workspace's initial state besides zeros: (offset, count, int32 bits) ranges (kernels.problem.initialize_workspace)
+    workspace_fills: tuple = ()
 
     @property
     def buffer_bytes(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .auto import choose_config
 from .fused import plan_fused
 from .launch import Plan
+from .prologue import prologue_launch
 from .split_row import plan_split_row
 from .two_pass import plan_two_pass
 
@@ -26,7 +27,9 @@ def plan_problem(problem, variant: str, block_size, num_warps, variant_options: 
         if "unexpected keyword" in str(error):
             raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
         raise
-    if problem.n_rows == 0:  # empty batch: the prologue alone writes the loss (0)
+    if problem.n_rows == 0:  # empty batch: no loss kernel; a prologue writes the loss (0)
+        workspace, _grad, loss = plan.buffers[:3]
         plan.launches = []
         plan.reset = None
+        plan.prologue = prologue_launch(problem, workspace, loss)
     return plan

@@ -21,8 +21,10 @@ MAX_ROWS = 1 << 24  # the finish counters are fp32 (exact below 2**24 programs)
 # Workspace layout (fp32), shared with row_math's kernels: the finish counters, the loss, the scales, the row losses.
 WS_GROUPS = 64  # programs finish in WS_GROUPS interleaved groups, one counter each (spreads the atomics)
 WS_DONE = 64  # groups finished
-WS_LOSS_SCALE = 66  # 1 / n_valid (NaN when a label is out of range)
+WS_COUNT = 65  # int32: rows that enter the mean + 1, -1 for an out-of-range label, 0 while nobody has counted
+WS_LOSS_SCALE = 66  # 1 / n_valid (NaN when a label is out of range): kernels.prologue writes it
 WS_GRAD_SCALE = 67  # grad_output / n_valid (NaN likewise)
+WS_GEN = 68  # int32: calls finished on this workspace (split_row's lagged exchange alternates halves by its parity)
 WS_ROWS = 128  # row losses (already scaled) from here
 
 # Kernel loss codes (see row_math): (loss, target_format) -> LOSS constexpr.
@@ -88,6 +90,14 @@ class Problem:
 
     def loss_constexprs(self) -> dict:
         return dict(LOSS=self.loss_code, HAS_MASK=self.mask is not None, COMPUTE_GRAD=self.compute_grad)
+
+    def scale_args(self) -> tuple[dict, dict]:
+        """(arguments, constexprs) of a kernel that works out its own scales (``row_math.call_scales``): grad_output as
+        a number (a per-call value: templates pass it each call) or on the device."""
+        grad_tensor = self.grad_output_tensor
+        return (dict(grad_output_ptr=grad_tensor if grad_tensor is not None else self.logits,
+                     grad_output=float(self.grad_output) if self.grad_output is not None else 0.0),
+                dict(GRAD_OUTPUT_IN_MEMORY=grad_tensor is not None))
 
     def peel_constexprs(self) -> dict:
         """PEEL/VEC for kernels that split rows into a 16-byte body and a scalar head/tail (row_math.row_peel):
@@ -256,7 +266,7 @@ def build_problem(
     if rows.shape[0] >= MAX_ROWS:
         raise ValueError(f"logits have {rows.shape[0]} rows; at most {MAX_ROWS - 1} are supported in one call "
                          "(the kernels' finish counters are fp32): split the batch")
-    # The rows that count, and the labels' range, are checked on the device (kernels.prologue): no sync here.
+    # The rows that count, and the labels' range, are checked on the device (row_math.call_scales): no sync here.
     return Problem(
         loss=loss,
         target_format=target_format,
@@ -274,14 +284,26 @@ def build_problem(
 
 def allocate_outputs(problem: Problem, extra_floats: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The workspace (fp32: header, row losses, then ``extra_floats`` for the variant; see :func:`workspace_size`),
-    the loss (0-d fp32) and the gradient (logits' dtype, contiguous)."""
+    the loss (0-d fp32) and the gradient (logits' dtype, contiguous). The workspace starts zeroed: the loss kernels
+    leave its header zeroed again when they finish (``row_math.finish_program``), so a plan runs again as is."""
     device = problem.logits.device
-    workspace = torch.empty(workspace_size(problem.n_rows) + extra_floats, dtype=torch.float32, device=device)
+    workspace = torch.zeros(workspace_size(problem.n_rows) + extra_floats, dtype=torch.float32, device=device)
     loss = torch.empty((), dtype=torch.float32, device=device)
     grad = None
     if problem.compute_grad:
         grad = torch.empty((problem.n_rows, problem.n_cols), dtype=problem.logits.dtype, device=device)
     return workspace, loss, grad
+
+
+def initialize_workspace(workspace: torch.Tensor, fills=()) -> torch.Tensor:
+    """Put a workspace in the state the loss kernels expect before its first call: zeroed, then each (offset, count,
+    int32 bits) range of ``fills`` set to that bit pattern (split_row's EMPTY_BITS). The kernels leave it in that
+    state again (a lagged exchange with the other half emptied), so this runs once per workspace."""
+    workspace.zero_()
+    words = workspace.view(torch.int32)
+    for offset, count, bits in fills:
+        words[offset:offset + count].fill_(bits)
+    return workspace
 
 
 def workspace_size(n_rows: int) -> int:

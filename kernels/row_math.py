@@ -34,10 +34,13 @@ REVERSE_KL = tl.constexpr(3)
 # Workspace layout (kernels.problem): finish counters, the loss, the scales, the row losses.
 WS_GROUPS = tl.constexpr(_layout.WS_GROUPS)
 WS_DONE = tl.constexpr(_layout.WS_DONE)
+WS_COUNT = tl.constexpr(_layout.WS_COUNT)
+WS_GEN = tl.constexpr(_layout.WS_GEN)
 WS_LOSS_SCALE = tl.constexpr(_layout.WS_LOSS_SCALE)
 WS_GRAD_SCALE = tl.constexpr(_layout.WS_GRAD_SCALE)
 WS_ROWS = tl.constexpr(_layout.WS_ROWS)
 SUM_BLOCK = tl.constexpr(1024)  # row losses summed per step by the last program
+COUNT_BLOCK = tl.constexpr(1024)  # rows counted per step (count_rows)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -160,7 +163,7 @@ def row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS: tl.constexpr, HA
 @triton.jit
 def label_logit(x_row, label, n_cols, LOSS: tl.constexpr):
     """x[label] as fp32 for cross-entropy from labels (0 for the other losses, which do not use it).
-    A label outside [0, n_cols) reads nothing and gives NaN (the prologue has already made the scales NaN)."""
+    A label outside [0, n_cols) reads nothing and gives NaN (the scales are NaN too: :func:`call_scales`)."""
     x_label = 0.0
     if LOSS == CE_LABELS:
         x_label = tl.load(x_row + label, mask=(label >= 0) & (label < n_cols), other=float("nan")).to(tl.float32)
@@ -175,8 +178,67 @@ def row_losses_ptr(ws_ptr):
 
 @triton.jit
 def load_scales(ws_ptr):
-    """(1 / n_valid, grad_output / n_valid), written by the prologue (kernels.prologue)."""
+    """(1 / n_valid, grad_output / n_valid), written by the prologue (kernels.prologue: the vocab-parallel and
+    case-study kernels; the variants' kernels work them out themselves, :func:`call_scales`)."""
     return tl.load(ws_ptr + WS_LOSS_SCALE), tl.load(ws_ptr + WS_GRAD_SCALE)
+
+
+@triton.jit
+def count_rows(labels_ptr, mask_ptr, n_rows, n_cols, ignore_index, LOSS: tl.constexpr, HAS_MASK: tl.constexpr):
+    """(rows that enter the mean, labels out of range): labels != ignore_index and in [0, n_cols), mask set."""
+    offsets = tl.arange(0, COUNT_BLOCK)
+    counted = tl.zeros([COUNT_BLOCK], dtype=tl.int32)
+    bad = tl.zeros([COUNT_BLOCK], dtype=tl.int32)
+    for start in range(0, n_rows, COUNT_BLOCK):
+        rows = start + offsets
+        keep = rows < n_rows
+        if LOSS == CE_LABELS:
+            label = tl.load(labels_ptr + rows, mask=keep, other=ignore_index)
+            labelled = keep & (label != ignore_index)
+            bad += (labelled & ((label < 0) | (label >= n_cols))).to(tl.int32)
+            keep = labelled
+        if HAS_MASK:
+            keep = keep & (tl.load(mask_ptr + rows, mask=rows < n_rows, other=0) != 0)
+        counted += keep.to(tl.int32)
+    return tl.sum(counted, axis=0), tl.sum(bad, axis=0)
+
+
+# noinline: a call, not a branch, at the top of the loss kernels. Inlined, its branch made ptxas give the lagged
+# kernel twice the registers (64 -> 127 for labels CE at 131072 columns, sm_90 offline compile): half the occupancy.
+@triton.jit(noinline=True)
+def call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols, ignore_index,
+                LOSS: tl.constexpr, HAS_MASK: tl.constexpr, GRAD_OUTPUT_IN_MEMORY: tl.constexpr):
+    """(1 / n_valid, grad_output / n_valid) for this call, worked out inside the loss kernel (no prologue launch).
+
+    Without labels or a mask every row counts: n_valid = n_rows, nothing to read. Otherwise the count is shared
+    through one int32 word of the workspace (WS_COUNT: n_valid + 1, -1 for an out-of-range label, 0 until known):
+    a program that finds it 0 counts the rows itself (a few KB of labels, from L2 after the first reader) and
+    publishes; a program that finds it set reads it. Every counter finds the same number, so the race is benign
+    and no program ever waits for another (safe on any grid, under the interpreter too). The word is one value
+    written whole: no fence needed. The last program zeroes it for the next call (:func:`finish_program`).
+
+    An out-of-range label makes both scales NaN (loss and gradient NaN, never a finite wrong number) and trips a
+    device-side assert in the programs that counted (the kernel is compiled with debug=True for it)."""
+    if GRAD_OUTPUT_IN_MEMORY:
+        grad_output = tl.load(grad_output_ptr).to(tl.float32)
+    if LOSS == CE_LABELS or HAS_MASK:
+        word_ptr = ws_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + WS_COUNT
+        # Every thread loads the word, and another program may publish it meanwhile: a plain scalar load could leave
+        # some warps at 0 and others past it, splitting the branch (and its reductions' barriers) inside a program.
+        # The max over one load per lane is one value for the whole program.
+        word = tl.max(tl.load(word_ptr + tl.zeros([COUNT_BLOCK], dtype=tl.int32), volatile=True), axis=0)
+        if word == 0:
+            n_valid, n_bad = count_rows(labels_ptr, mask_ptr, n_rows, n_cols, ignore_index, LOSS, HAS_MASK)
+            word = tl.where(n_bad > 0, -1, n_valid + 1)
+            tl.store(word_ptr, word)
+            tl.device_assert(n_bad == 0, "target (labels) out of range: every label must lie in [0, n_cols) or "
+                             "equal ignore_index")
+        poison = tl.where(word < 0, float("nan"), 0.0)  # NaN + x is NaN; 0 + x is x
+        n_valid = tl.maximum(word - 1, 1).to(tl.float32)
+    else:
+        poison = 0.0
+        n_valid = tl.maximum(n_rows, 1).to(tl.float32)
+    return 1.0 / n_valid + poison, grad_output / n_valid + poison
 
 
 @triton.jit
@@ -187,7 +249,7 @@ def finish_program(ws_ptr, loss_ptr, n_rows):
     serialize, so one counter for 16K programs cost ~20 us on the H100); the program that completes a group
     counts it in WS_DONE, and the one that completes the last group sums the row losses into the loss, in a
     fixed order (deterministic). Release/acquire atomics order the row-loss stores before the sum; the sum
-    reads with volatile loads (L1 is not coherent across SMs). The prologue zeroes the counters."""
+    reads with volatile loads (L1 is not coherent across SMs). That program then re-zeroes the header."""
     pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)
     n_programs = tl.num_programs(0) * tl.num_programs(1)
     group = pid % WS_GROUPS
@@ -202,6 +264,12 @@ def finish_program(ws_ptr, loss_ptr, n_rows):
             for start in range(0, n_rows, SUM_BLOCK):
                 total += tl.load(rows + start + offsets, mask=offsets < n_rows - start, other=0.0, volatile=True)
             tl.store(loss_ptr, tl.sum(total, axis=0))
+            # Every other program has finished: leave the header as the next call expects it (counters and the
+            # row count zeroed, one more call finished), so no launch has to re-initialize it.
+            header = tl.arange(0, 128)
+            tl.store(ws_ptr + header, tl.zeros([128], dtype=tl.float32), mask=header <= WS_COUNT)
+            gen_ptr = ws_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + WS_GEN
+            tl.store(gen_ptr, tl.load(gen_ptr, volatile=True) + 1)
 
 
 @triton.jit

@@ -32,12 +32,13 @@ import triton.language as tl
 from .fused import fused_launch
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
-                      next_power_of_2, workspace_size)
-from .prologue import prologue_launch
+                      initialize_workspace, next_power_of_2, workspace_size)
 from .row_math import (
     CE_LABELS,
+    WS_GEN,
     base2,
     body_offset,
+    call_scales,
     combine_statistics,
     load_edge,
     row_peel,
@@ -47,7 +48,6 @@ from .row_math import (
     load_partials,
     finish_program,
     load_raw_tiles,
-    load_scales,
     load_tiles,
     lse_difference,
     rescale,
@@ -71,10 +71,11 @@ SCHEDULES = ("wait", "lagged")
 # An fp32 NaN with a payload no arithmetic produces (NVIDIA GPUs return the canonical 0x7FFFFFFF):
 # marks a summary word that has not been written yet (split_row_lagged_kernel).
 EMPTY_BITS = tl.constexpr(0x7FBADBAD)
+EMPTY_BLOCK = tl.constexpr(128)  # rows re-emptied per step (empty_summaries)
 LAG_STEPS = tl.constexpr(2)  # "lagged": a row is finished this many steps after it was read (1 measured slower)
 
 
-@triton.jit
+@triton.jit(debug=True)  # keeps call_scales' device_assert (see fused_loss_kernel)
 def split_row_kernel(
     logits_ptr,  # (n_rows, n_cols), row stride logits_stride
     target_ptr,  # (n_rows, n_cols) target logits, or a dummy
@@ -91,9 +92,12 @@ def split_row_kernel(
     target_stride,
     ignore_index,
     partials_offset,  # the (n_rows, 5, NUM_CHUNKS) fp32 chunk summaries start at ws_ptr + partials_offset
+    grad_output_ptr,  # 0-d grad_output on the device, or a dummy
+    grad_output,  # grad_output as a number (GRAD_OUTPUT_IN_MEMORY false)
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
+    GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
     PHASE: tl.constexpr,
     NUM_CHUNKS: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
@@ -109,7 +113,11 @@ def split_row_kernel(
     lane_used = lanes < NUM_CHUNKS
     loss_rows_ptr = row_losses_ptr(ws_ptr)
     partials_ptr = ws_ptr + partials_offset
-    loss_scale, grad_scale = load_scales(ws_ptr)
+    loss_scale = 0.0
+    grad_scale = 0.0
+    if PHASE == PHASE_GRAD:  # the statistics launch writes no loss or gradient
+        loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
+                                             ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
 
     # int64 rows: row * stride can pass 2**31 (32K rows x 128K vocab)
     for row in range(slot.to(tl.int64), n_rows, n_slots):
@@ -150,7 +158,7 @@ def split_row_kernel(
         finish_program(ws_ptr, loss_ptr, n_rows)
 
 
-@triton.jit
+@triton.jit(debug=True)  # keeps call_scales' device_assert (see fused_loss_kernel)
 def split_row_cooperative_kernel(
     logits_ptr,
     target_ptr,
@@ -167,9 +175,12 @@ def split_row_cooperative_kernel(
     target_stride,
     ignore_index,
     partials_offset,
+    grad_output_ptr,
+    grad_output,
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
+    GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
     NUM_CHUNKS: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -190,7 +201,8 @@ def split_row_cooperative_kernel(
     lane_used = lanes < NUM_CHUNKS
     loss_rows_ptr = row_losses_ptr(ws_ptr)
     partials_ptr = ws_ptr + partials_offset
-    loss_scale, grad_scale = load_scales(ws_ptr)
+    loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
+                                         ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
 
     for row in range(slot.to(tl.int64), n_rows, n_slots):
         x_row = logits_ptr + row * logits_stride
@@ -228,14 +240,14 @@ def split_row_cooperative_kernel(
     finish_program(ws_ptr, loss_ptr, n_rows)
 
 
-@triton.jit
+@triton.jit(debug=True)  # keeps call_scales' device_assert (see fused_loss_kernel)
 def split_row_lagged_kernel(
     logits_ptr,
     target_ptr,
     labels_ptr,
     mask_ptr,
     grad_ptr,
-    ws_ptr,  # summaries at ws_ptr + partials_offset: (n_rows, 5, NUM_CHUNKS) fp32, every word EMPTY_BITS at launch
+    ws_ptr,  # summaries at ws_ptr + partials_offset: two halves of (n_rows, 5, NUM_CHUNKS) fp32 (see WS_GEN below)
     loss_ptr,
     counters_ptr,  # unused (shared argument convention)
     n_rows,
@@ -245,9 +257,12 @@ def split_row_lagged_kernel(
     target_stride,
     ignore_index,
     partials_offset,
+    grad_output_ptr,
+    grad_output,
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
+    GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
     NUM_CHUNKS: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -268,7 +283,8 @@ def split_row_lagged_kernel(
     The summaries need no atomics or fences: every word starts as EMPTY_BITS (a NaN payload that
     arithmetic never produces: it yields the canonical NaN), and a reader polls its row's words
     (volatile: from L2) until none is empty. Each word is written once, so a word that is not empty
-    holds its final value.
+    holds its final value. The summaries live in two halves that alternate between calls: each call
+    re-empties its own words of the half the next call polls (no refill launch).
     """
     pid = tl.program_id(0)
     slot = pid // NUM_CHUNKS
@@ -278,8 +294,14 @@ def split_row_lagged_kernel(
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
     loss_rows_ptr = row_losses_ptr(ws_ptr)
-    partials_ptr = ws_ptr + partials_offset
-    loss_scale, grad_scale = load_scales(ws_ptr)
+    # Two halves of summaries alternate between calls (the parity of WS_GEN, calls finished on this workspace): this
+    # call polls one, which its previous call left all EMPTY_BITS, and sets its own words of the other back to
+    # EMPTY_BITS for the next call (the grid and rows are the same each call), so no launch has to refill them.
+    half_words = n_rows * (N_PARTIALS * NUM_CHUNKS)
+    parity = tl.load(ws_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + WS_GEN) & 1
+    partials_ptr = ws_ptr + partials_offset + parity * half_words
+    loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
+                                         ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
 
     behind = LAG_STEPS * n_slots  # rows between the one read from DRAM and the one finished
     row = slot.to(tl.int64)
@@ -365,7 +387,23 @@ def split_row_lagged_kernel(
                                                                  eacc, LOSS)
             store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
         cur_valid = nxt_valid
+    # This program's words of the other half back to EMPTY_BITS for the next call (after the loop: in it, the
+    # stores cost the lagged kernel registers).
+    empty_summaries(ws_ptr + partials_offset + (1 - parity) * half_words, slot, chunk, n_rows, n_slots, NUM_CHUNKS)
     finish_program(ws_ptr, loss_ptr, n_rows)
+
+
+@triton.jit(noinline=True)
+def empty_summaries(half_ptr, slot, chunk, n_rows, n_slots, NUM_CHUNKS: tl.constexpr):
+    """Set the summary words program (slot, chunk) publishes (its chunk of rows slot, slot + n_slots, ...) to
+    EMPTY_BITS in one half of the lagged exchange."""
+    steps = tl.arange(0, EMPTY_BLOCK).to(tl.int64)
+    empty = tl.full([EMPTY_BLOCK], EMPTY_BITS, dtype=tl.int32).to(tl.float32, bitcast=True)
+    for first in range(slot.to(tl.int64), n_rows, n_slots * EMPTY_BLOCK):
+        rows = first + steps * n_slots
+        words = half_ptr + rows * (N_PARTIALS * NUM_CHUNKS) + chunk
+        for k in tl.static_range(N_PARTIALS):
+            tl.store(words + k * NUM_CHUNKS, empty, mask=rows < n_rows)
 
 
 @triton.jit
@@ -491,16 +529,26 @@ def plan_split_row(
         workspace, loss, grad = allocate_outputs(problem)
         launches = [fused_launch(problem, block_size, num_warps, workspace, loss, grad)]
         return Plan("split_row", launches, finisher(problem, loss, grad),
-                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[workspace, grad, loss],
-                    prologue=prologue_launch(problem, workspace, loss))
+                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[workspace, grad, loss])
 
     device = problem.logits.device
+    want_cooperative = cooperative is not False and device.type == "cuda" and not interpreting()
+    if cooperative and not want_cooperative:
+        raise ValueError(
+            "cooperative=True needs a CUDA device and compiled kernels (not TRITON_INTERPRET=1): its programs "
+            "wait for each other, which the interpreter (one program at a time) cannot run"
+        )
+    lagged = want_cooperative and schedule == "lagged"
     partials_offset = workspace_size(problem.n_rows)
     partials_words = problem.n_rows * N_PARTIALS.value * num_chunks
-    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words)
+    # The lagged schedule's summaries: two halves, the first starting EMPTY_BITS (split_row_lagged_kernel).
+    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words * (2 if lagged else 1))
+    fills = ((partials_offset, partials_words, EMPTY_BITS.value),) if lagged else ()
+    initialize_workspace(workspace, fills)
     # Arrival counters: only the "wait" schedule counts; the other kernels get a placeholder pointer.
     counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device) if schedule == "wait" else None
     buffers = [workspace, grad, loss, counters]
+    scale_args, scale_constexprs = problem.scale_args()
 
     def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
         if phase is not None:
@@ -521,9 +569,11 @@ def plan_split_row(
                 counters_ptr=counters if counters is not None else workspace,
                 n_slots=n_slots,
                 partials_offset=partials_offset,
+                **scale_args,
             ),
             constexprs=dict(
                 problem.loss_constexprs(),
+                **scale_constexprs,
                 **kernel_constexprs,
                 NUM_CHUNKS=num_chunks,
                 CHUNKS_POW2=max(2, next_power_of_2(num_chunks)),
@@ -533,19 +583,11 @@ def plan_split_row(
             maxnreg=maxnreg,
         )
 
-    want_cooperative = cooperative is not False and device.type == "cuda" and not interpreting()
-    if cooperative and not want_cooperative:
-        raise ValueError(
-            "cooperative=True needs a CUDA device and compiled kernels (not TRITON_INTERPRET=1): its programs "
-            "wait for each other, which the interpreter (one program at a time) cannot run"
-        )
     if want_cooperative and problem.n_rows:
         coop = launch(None, 1, f"split_row.{'cooperative' if schedule == 'wait' else 'lagged'}")
         n_slots, resident = cooperative_slots(coop, problem.n_rows, num_chunks)
         if n_slots >= 1:
             coop.grid = (n_slots * num_chunks,)
-            # The lagged schedule's summaries start EMPTY_BITS: the prologue fills them.
-            fill = dict(fill_offset=partials_offset, fill_count=partials_words, fill_bits=EMPTY_BITS.value)
             return Plan(
                 "split_row",
                 [coop],
@@ -554,7 +596,7 @@ def plan_split_row(
                  "programs": n_slots * num_chunks, "resident_programs": resident},
                 reset=counters.zero_ if schedule == "wait" else None,
                 buffers=buffers,
-                prologue=prologue_launch(problem, workspace, loss, **(fill if schedule == "lagged" else {})),
+                workspace_fills=fills,
             )
         if cooperative:
             raise ValueError(
@@ -563,4 +605,4 @@ def plan_split_row(
             )
     launches = [launch(PHASE_STATS, problem.n_rows, "split_row.stats"), launch(PHASE_GRAD, problem.n_rows, "split_row.grad")]
     return Plan("split_row", launches, finisher(problem, loss, grad), {**config, "mode": "multi_launch"},
-                buffers=buffers, prologue=prologue_launch(problem, workspace, loss))
+                buffers=buffers)

@@ -15,18 +15,17 @@ import triton.language as tl
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher,
                       next_power_of_2, workspace_size)
-from .prologue import prologue_launch
-from .row_math import (CE_LABELS, finish_program, label_logit, load_scales, load_tiles, row_loss, row_losses_ptr,
+from .row_math import (CE_LABELS, WS_GRAD_SCALE, call_scales, finish_program, label_logit, load_scales, load_tiles, row_loss, row_losses_ptr,
                        row_statistics, row_validity, tile_gradient)
 
 
-@triton.jit
+@triton.jit(debug=True)  # keeps call_scales' device_assert (see fused_loss_kernel)
 def two_pass_stats_kernel(
     logits_ptr,
     target_ptr,
     labels_ptr,
     mask_ptr,
-    ws_ptr,  # fp32 workspace: scales in, row losses out (kernels.problem)
+    ws_ptr,  # fp32 workspace: row count, row losses, finish counters (kernels.problem)
     loss_ptr,  # 0-d fp32 loss out
     n_rows,
     n_cols,
@@ -34,8 +33,11 @@ def two_pass_stats_kernel(
     target_stride,
     ignore_index,
     stats_offset,  # (n_rows, 4) fp32 at ws_ptr + stats_offset: lse2_x, lse2_t, row loss (natural units), valid flag
+    grad_output_ptr,  # 0-d grad_output on the device, or a dummy
+    grad_output,  # grad_output as a number (GRAD_OUTPUT_IN_MEMORY false)
     LOSS: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -43,7 +45,10 @@ def two_pass_stats_kernel(
     cols = tl.arange(0, BLOCK_SIZE)
     x_row = logits_ptr + row * logits_stride
     t_row = target_ptr + row * target_stride
-    loss_scale, _grad_scale = load_scales(ws_ptr)
+    loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
+                                         ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
+    if row == 0:  # for the gradient launch (finish_program leaves this word alone)
+        tl.store(ws_ptr + WS_GRAD_SCALE, grad_scale)
 
     valid, label = row_validity(labels_ptr, mask_ptr, row, ignore_index, LOSS, HAS_MASK)
 
@@ -71,7 +76,7 @@ def two_pass_grad_kernel(
     labels_ptr,
     mask_ptr,  # unused: a row's validity comes from row_stats (shared argument convention)
     grad_ptr,
-    ws_ptr,  # fp32 workspace: grad_output / n_valid, the row stats at ws_ptr + stats_offset
+    ws_ptr,  # fp32 workspace: grad_output / n_valid (from the stats launch), the row stats at ws_ptr + stats_offset
     n_cols,
     logits_stride,
     target_stride,
@@ -132,6 +137,7 @@ def plan_two_pass(
 
     stats_offset = workspace_size(problem.n_rows)
     workspace, loss, grad = allocate_outputs(problem, extra_floats=4 * problem.n_rows)
+    scale_args, scale_constexprs = problem.scale_args()
     launches = [
         Launch(
             name="two_pass.stats",
@@ -144,8 +150,10 @@ def plan_two_pass(
                 n_rows=problem.n_rows,
                 ignore_index=problem.ignore_index,
                 stats_offset=stats_offset,
+                **scale_args,
             ),
-            constexprs=dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, BLOCK_SIZE=stats_block),
+            constexprs=dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, **scale_constexprs,
+                            BLOCK_SIZE=stats_block),
             num_warps=stats_warps,
         )
     ]
@@ -171,5 +179,4 @@ def plan_two_pass(
             "grad_num_warps": grad_warps,
         },
         buffers=[workspace, grad, loss],
-        prologue=prologue_launch(problem, workspace, loss),
     )

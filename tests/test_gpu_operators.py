@@ -3,7 +3,8 @@
 Every loss, labels included: torch.library.opcheck; torch.compile(fullgraph=True) with Inductor of the loss and its
 backward; CUDA-graph capture and replay, also under torch.compile(mode="reduce-overhead"); repeated calls of one
 shape (the cached call template) on new data and a new grad_output; no device->host synchronization in a
-repeated call (torch.cuda.set_sync_debug_mode("error")); an out-of-range label stops the process with a
+repeated call (torch.cuda.set_sync_debug_mode("error")); each call (and each graph replay) counting its own rows on
+a workspace the previous call left ready; an out-of-range label stops the process with a
 device-side assert and never returns a finite loss.
 """
 
@@ -221,3 +222,46 @@ def test_out_of_range_label_trips_a_device_side_assert():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr
     assert "caught:" in done.stdout and "assert" in done.stdout.lower(), output  # not a finite loss
+
+
+DESIGNS = [("auto", {}), ("fused", {}), ("two_pass", {}), ("split_row", {"block_size": 1024}),
+           ("split_row", {"block_size": 1024, "cooperative": False})]
+DESIGN_IDS = ["auto", "fused", "two_pass", "lagged", "multi_launch"]
+
+
+@pytest.mark.parametrize("variant, options", DESIGNS, ids=DESIGN_IDS)
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_repeated_calls_count_their_own_rows(loss, fmt, variant, options):
+    """One launch per call and no prologue: every call counts the rows of its own mean (row_math.call_scales) on a
+    workspace the previous call left ready (counters re-zeroed, the lagged exchange's other half re-emptied). Five
+    calls of one template, each with a different number of counted rows and a different grad_output."""
+    x, t, m = make_inputs((700, 4099), fmt, seed=21)
+    for call in range(5):
+        m = torch.arange(700, device="cuda") % (call + 2) != 0
+        if fmt == "labels":
+            t = torch.where(torch.arange(700, device="cuda") % (call + 3) == 1, -100, t.clamp(min=0))
+        scale = 0.25 * (call + 1)
+        value, grad = kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt, loss_mask=m,
+                                                            grad_output=scale, variant=variant, **options)
+        ref_loss, ref_grad = reference(x, t, loss, fmt, m, grad_output=scale)
+        assert rel_err(value, ref_loss) <= TOL and rel_err(grad, ref_grad) <= TOL, f"call {call}"
+
+
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
+def test_graph_replays_count_their_own_rows(loss, fmt):
+    """A captured call replayed on new labels and masks (copied into the captured inputs) counts each replay's rows."""
+    x, t, m = make_inputs((512, 32000), fmt, seed=22)
+    kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt, loss_mask=m)  # compile, search, template
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        value, grad = kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt, loss_mask=m)
+    for replay in range(3):
+        x2, t2, _ = make_inputs((512, 32000), fmt, seed=30 + replay)
+        m2 = torch.arange(512, device="cuda") % (replay + 2) != 0
+        x.copy_(x2)
+        t.copy_(t2)
+        m.copy_(m2)
+        graph.replay()
+        ref_loss, ref_grad = reference(x, t, loss, fmt, m)
+        assert rel_err(value, ref_loss) <= TOL and rel_err(grad, ref_grad) <= TOL, f"replay {replay}"

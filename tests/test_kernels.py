@@ -339,7 +339,8 @@ def test_split_row_lagged_kernel_math(loss_index, poll_first, masked, grad_outpu
                          loss_mask=options.get("loss_mask")).peel_constexprs()
     assert peel["PEEL"] == (vocab % 8 != 0)
     stats = plan.launches[0]
-    plan.prologue()  # scales and counters; the summaries (1 chunk per row) sit where the plan's 3 chunks would
+    # The plan's workspace starts zeroed (header, row count); the summaries (1 chunk per row, the first half: the
+    # workspace has finished no call) sit where the plan's 3 chunks would
     offset = stats.args["partials_offset"]
     workspace = stats.args["ws_ptr"]
     partials = workspace[offset:offset + 11 * split_row.N_PARTIALS.value].view(11, split_row.N_PARTIALS.value, 1)
@@ -434,3 +435,111 @@ def test_kl_of_identical_distributions_is_zero(variant, gen, oracle):
         value, grad = run(logits, logits.clone(), loss, "logits", variant, block_size=64)
         assert abs(value.item()) <= 1e-6, f"{loss}: KL(p || p) = {value.item()}"
         assert grad.abs().max().item() <= 1e-6, f"{loss}: max |grad| {grad.abs().max().item()}"
+
+
+# --------------------------------------------------------------------------------------------
+# One launch per call: the loss kernels count their own rows (row_math.call_scales) and leave the
+# workspace as the next call expects it (row_math.finish_program, split_row's two halves)
+# --------------------------------------------------------------------------------------------
+
+
+def _workspace_words(workspace: torch.Tensor) -> torch.Tensor:
+    return workspace.view(torch.int32)
+
+
+@pytest.mark.parametrize("variant", ["fused", "split_row", "two_pass"])
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_plan_runs_again_with_new_rows_counted(loss_index, variant, gen, oracle):
+    """No prologue launch: a plan's second run counts the rows again (the first run's last program re-zeroed the
+    shared count and the finish counters), so labels and mask changed in place between runs are honoured."""
+    from kernels.problem import WS_COUNT, WS_DONE, WS_GEN
+
+    loss, fmt = LOSS_FORMATS[loss_index]
+    logits, target = oracle.make_inputs(gen, (7, 200), torch.float32, fmt)
+    mask = torch.ones(7, dtype=torch.bool, device=logits.device)
+    options = dict(loss=loss, target_format=fmt, loss_mask=mask, grad_output=0.5)
+    plan = kernels.prepare(logits, target, variant=variant, block_size=64, num_warps=2, **options)
+    assert all(launch.name != "prologue" for launch in plan.all_launches)
+    workspace = plan.buffers[0]
+    for run_index, drop in enumerate(([], [1, 4], [0, 2, 3, 5, 6])):
+        mask.fill_(True)
+        mask[drop] = False
+        if fmt == "labels":
+            target[drop[:1]] = -100
+        oracle.check(logits, target, plan.run(), label=f"run {run_index}", **options)
+        words = _workspace_words(workspace)
+        assert int(words[WS_GEN]) == run_index + 1
+        assert not words[:WS_COUNT + 1].any(), "counters and row count are zero again after a run"
+        assert WS_DONE < WS_COUNT
+
+
+def test_published_row_count_is_read_not_recounted(gen, oracle):
+    """A program that finds the row count published uses it (the first counter's word is what the others read on
+    a GPU): a count planted before the run scales the loss and gradient by it."""
+    from kernels.problem import WS_COUNT
+
+    logits, labels = oracle.make_inputs(gen, (6, 96), torch.float32, "labels")
+    plan = kernels.prepare(logits, labels, variant="fused", block_size=32, num_warps=2)
+    _workspace_words(plan.buffers[0])[WS_COUNT] = 12 + 1  # twice the 6 rows that count
+    loss, grad = plan.run()
+    ref_loss, ref_grad = oracle.torch_loss(logits, labels, loss="cross_entropy", target_format="labels")
+    assert oracle.rel_err(loss, ref_loss / 2) <= 1e-5 and oracle.rel_err(grad, ref_grad / 2) <= 1e-5
+    loss, grad = plan.run()  # the planted count was consumed: counted again, right this time
+    assert oracle.rel_err(loss, ref_loss) <= 1e-5 and oracle.rel_err(grad, ref_grad) <= 1e-5
+
+
+def test_each_variant_is_one_launch_per_pass(gen, oracle):
+    """What a call launches: one kernel (fused, split_row's one-program-per-row and cooperative forms), two for
+    the passes of two_pass and split_row's multi-launch form; a prologue only for an empty batch."""
+    logits, labels = oracle.make_inputs(gen, (4, 256), torch.float32, "labels")
+    names = {variant: [launch.name for launch in kernels.prepare(logits, labels, variant=variant, block_size=64,
+                                                                   num_warps=2, **options).all_launches]
+             for variant, options in (("fused", {}), ("two_pass", {}), ("split_row", {"split": False}),
+                                      ("split_row", {"cooperative": False}))}
+    assert names == {"fused": ["fused"], "two_pass": ["two_pass.stats", "two_pass.grad"],
+                     "split_row": ["split_row.stats", "split_row.grad"]}
+    assert [launch.name for launch in kernels.prepare(logits, labels, variant="split_row", block_size=64,
+                                                      split=False).all_launches] == ["fused"]
+    empty = kernels.prepare(logits[:0], labels[:0], variant="fused")
+    assert [launch.name for launch in empty.all_launches] == ["prologue"]
+    loss, grad = empty.run()
+    assert float(loss) == 0.0 and grad.shape == (0, 256)
+
+
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_lagged_kernel_alternates_halves(loss_index, gen, oracle):
+    """The lagged exchange needs every summary word EMPTY_BITS before a call: a call polls one half and re-empties
+    its own words of the other, by the parity of the calls the workspace has finished. Two calls in a row (new
+    labels or mask in between), one chunk per row so the interpreter can run the grid (see
+    test_split_row_lagged_kernel_math)."""
+    from kernels import split_row
+    from kernels.launch import Launch
+    from kernels.problem import WS_GEN, initialize_workspace
+
+    loss, fmt = LOSS_FORMATS[loss_index]
+    rows, vocab = 9, 100
+    logits, target = oracle.make_inputs(gen, (rows, vocab), torch.float32, fmt)
+    mask = torch.ones(rows, dtype=torch.bool, device=logits.device)
+    options = dict(loss=loss, target_format=fmt, loss_mask=mask, grad_output=2.0)
+    plan = kernels.prepare(logits, target, variant="split_row", block_size=32, num_warps=2, cooperative=False,
+                           **options)
+    stats = plan.launches[0]
+    offset = stats.args["partials_offset"]
+    half = rows * split_row.N_PARTIALS.value  # one chunk per row
+    workspace = torch.empty(offset + 2 * half, dtype=torch.float32, device=logits.device)
+    initialize_workspace(workspace, ((offset, half, split_row.EMPTY_BITS.value),))
+    constexprs = {k: v for k, v in stats.constexprs.items() if k != "PHASE"}
+    constexprs.update(NUM_CHUNKS=1, CHUNKS_POW2=2, BLOCK_SIZE=128, POLL_FIRST=False, PEEL=False)
+    lagged = Launch("split_row.lagged", split_row.split_row_lagged_kernel, (3,), dict(stats.args, ws_ptr=workspace,
+                    n_slots=3), constexprs, num_warps=2)
+    words = _workspace_words(workspace)
+    for call in range(3):
+        mask[call::3] = False
+        if fmt == "labels":
+            target[call] = -100
+        lagged()
+        oracle.check(logits, target, plan.finish(), label=f"call {call}", **options)
+        assert int(words[WS_GEN]) == call + 1
+        polled_next = words[offset + (call + 1) % 2 * half:][:half]
+        assert (polled_next == split_row.EMPTY_BITS.value).all(), "the next call's half is empty again"
+        mask.fill_(True)

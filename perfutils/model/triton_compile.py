@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.launch import debug_compile_options
+
 from .compiled_kernel import metadata_get
 from .cubin import parse_cubin_resources, parse_ptxas_log, parse_res_usage
 from .cuda_tools import disassemble, find_cuda_tool, ptxas_path, rerun_ptxas, run_tool, tool_version
@@ -191,6 +193,7 @@ def _compile_uncached(jit_fn: Any, spec: Specialization, num_warps: int, num_sta
         options["maxnreg"] = maxnreg
     if debug or getattr(jit_fn, "debug", None):
         options["debug"] = True  # a real launch passes the decorator's debug flag too
+        options.update(debug_compile_options(jit_fn))  # and kernels.launch's options for such kernels
     log = io.StringIO()
     with _compiler_mode(capture_ptxas_log=True):
         src = _make_ast_source(jit_fn, spec, target)
