@@ -7,7 +7,8 @@
 The first two go through the PyTorch operators of :mod:`kernels.ops` (``torch.ops.fused_loss.*``), so they
 trace into ``torch.compile`` graphs with no graph break and replay inside CUDA graphs. Nothing in a default call
 synchronizes with the device: the rows that enter the mean are counted, and labels range-checked, on the device
-(:mod:`kernels.prologue`); ``validate=True`` checks labels on the host first (one sync, a ValueError).
+inside the loss kernel (``row_math.call_scales``); ``validate=True`` checks labels on the host first (one sync, a
+ValueError).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def entropy_loss_forward_backward(
     mean over rows that count (label != ignore_index, loss_mask True); when none counts the loss is 0 and the
     gradient zeros. The gradient is d(grad_output * loss)/d logits; grad_output may be a float or a one-element
     tensor (read on the device). An out-of-range label gives a NaN loss and gradient and a device-side assert
-    (see :mod:`kernels.prologue`); ``validate=True`` raises a ValueError on the host first (one sync).
+    (see ``kernels.row_math.call_scales``); ``validate=True`` raises a ValueError on the host first (one sync).
 
     ``group`` (a ``torch.distributed`` process group; None: one device holds the whole vocabulary): the vocabulary
     is split over the group's ranks, each passing its contiguous slice ``logits[..., V / tp]`` (and the same slice of

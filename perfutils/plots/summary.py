@@ -122,11 +122,12 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
     from .vocab_sweep import worst_cells
 
     copy = meta.get("copy_gbps")
-    fast_llm = sorted({json.loads(c).get("fast_llm_commit") for c in df.loc[df["variant"] == "fast_llm", "plan_config"]
-                       .dropna()} - {None}) if "plan_config" in df else []
+    fast_llm = sorted({str(json.loads(c).get("fast_llm_commit"))[:8] for c in df.loc[df["variant"] == "fast_llm",
+                                                                                   "plan_config"].dropna()}
+                      - {"None"}) if "plan_config" in df else []  # one entry per commit, however it was written
     source = (f"ms, median of CUDA-event timings (do_bench, L2 flushed), {tokens} tokens, {dtype}, fwd+bwd; "
               f"{meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}"
-              + (f", Fast-LLM {', '.join(c[:8] for c in fast_llm)}" if fast_llm else "")
+              + (f", Fast-LLM {', '.join(fast_llm)}" if fast_llm else "")
               + (f", copy bandwidth {copy:.0f} GB/s" if copy else "")
               + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
               "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
@@ -237,8 +238,8 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
     return (f"Host µs per piece of a repeated call ({meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton "
             f"{meta.get('triton_version')}, {meta.get('problem', '8 x 32000 bf16')}, recorded "
             f"{str(meta.get('timestamp_utc', ''))[:10]}; data/{gpu_dir.name}/host_overhead.csv): the public call "
-            f"{public.min():.0f}–{public.max():.0f} over the four losses, of which the template's two allocations "
-            f"and two launches {template.min():.0f}–{template.max():.0f} (one compiled-kernel launch "
+            f"{public.min():.0f}–{public.max():.0f} over the four losses, of which the template's run (the loss "
+            f"and gradient allocations and the kernel launch) {template.min():.0f}–{template.max():.0f} (one compiled-kernel launch "
             f"{launch.iloc[0]:.1f}, one `torch.empty` {empty.min():.1f}–{empty.max():.1f}); the autograd form "
             f"{autograd.min():.0f}–{autograd.max():.0f}, where PyTorch's autograd alone on `x.float().sum().backward()` "
             f"costs {floor.iloc[0]:.0f}.")
