@@ -40,7 +40,7 @@ WS_LOSS_SCALE = tl.constexpr(_layout.WS_LOSS_SCALE)
 WS_GRAD_SCALE = tl.constexpr(_layout.WS_GRAD_SCALE)
 WS_ROWS = tl.constexpr(_layout.WS_ROWS)
 SUM_BLOCK = tl.constexpr(1024)  # row losses summed per step by the last program
-COUNT_BLOCK = tl.constexpr(1024)  # rows counted per step (count_rows)
+COUNT_BLOCK = tl.constexpr(1024)  # rows counted per step (count_rows); >= a program's threads (call_scales)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
