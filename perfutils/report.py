@@ -12,13 +12,17 @@ each notebook's question and main figure.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+CELL_TIMEOUT_S = 1200  # a cell running longer fails its notebook: a hang becomes an error, not an endless wait
 
 
 def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, float]:
@@ -36,6 +40,7 @@ def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = No
         kernel_name="python3",
         progress_bar=False,
         log_output=False,
+        execution_timeout=CELL_TIMEOUT_S,
     )
     return executed, time.perf_counter() - start
 
@@ -63,6 +68,19 @@ def write_index(notebooks: list[Path], pages: list[Path], failures: dict[str, st
     return index, problems
 
 
+def _build_one(nb: Path, out_dir: Path) -> tuple[Path, Path | None, str | None]:
+    """Execute and render one notebook (in a worker process); failures are returned, not raised, so the other
+    notebooks still build and the report lists what failed."""
+    try:
+        executed, seconds = execute_notebook(nb, out_dir)
+        page = render_html(executed, out_dir)
+        print(f"  ok    {nb.name}  ({seconds:.0f} s)", flush=True)
+        return nb, page, None
+    except Exception as error:
+        print(f"  FAIL  {nb.name}: {type(error).__name__}: {str(error)[:300]}", flush=True)
+        return nb, None, f"{type(error).__name__}: {error}"
+
+
 def build_report(notebooks: list[Path], out_dir: Path, jobs: int = 2) -> int:
     out_dir = out_dir.resolve()
     notebooks = [Path(n).resolve() for n in notebooks]
@@ -74,19 +92,11 @@ def build_report(notebooks: list[Path], out_dir: Path, jobs: int = 2) -> int:
     started = time.perf_counter()
     pages, failures = [], {}
 
-    def run(nb: Path):
-        try:
-            executed, seconds = execute_notebook(nb, out_dir)
-            page = render_html(executed, out_dir)
-            print(f"  ok    {nb.name}  ({seconds:.0f} s)", flush=True)
-            return nb, page, None
-        except Exception as error:  # keep building the other notebooks, report at the end
-            print(f"  FAIL  {nb.name}: {type(error).__name__}: {str(error)[:300]}", flush=True)
-            return nb, None, f"{type(error).__name__}: {error}"
-
-    print(f"Executing {len(notebooks)} notebooks with papermill ({jobs} at a time)...", flush=True)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for nb, page, error in pool.map(run, notebooks):
+    print(f"Executing {len(notebooks)} notebooks with papermill ({jobs} at a time, one process each)...", flush=True)
+    # Processes, not threads: papermill's kernel clients share asyncio and ZMQ state within a process, and two of
+    # them driven from threads once left a notebook waiting forever for a kernel that had gone idle.
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for nb, page, error in pool.map(_build_one, notebooks, [out_dir] * len(notebooks)):
             if error:
                 failures[nb.name] = error
             else:
