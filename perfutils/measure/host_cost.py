@@ -10,7 +10,7 @@
 * ``syncs_per_call``: device-to-host synchronizations during one repeated call at the measured shape, counted
   as the warnings PyTorch emits under ``torch.cuda.set_sync_debug_mode("warn")`` (``.item()``, blocking copies,
   ``nonzero``... anything PyTorch synchronizes for; a raw ``cudaDeviceSynchronize`` from a C extension is not
-  seen). The previous mode is restored.
+  seen), each printed to stderr with where it was raised. The previous mode is restored.
 
 :class:`CallCosts` is the measurer's ``extra`` (see :class:`perfutils.measure.measurer.GpuMeasurer`).
 """
@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -67,7 +68,11 @@ def count_syncs(run: Callable[[], Any]) -> int:
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     del result
-    return sum(SYNC_WARNING in str(warning.message).lower() for warning in caught)
+    syncs = [warning for warning in caught if SYNC_WARNING in str(warning.message).lower()]
+    for warning in syncs:  # where it happened, for the stage's log (the count alone does not say which call synced)
+        print(f"sync during the counted call: {warning.filename}:{warning.lineno}: {str(warning.message)[:200]}",
+              file=sys.stderr, flush=True)
+    return len(syncs)
 
 
 def tiny_inputs(loss: str, target_format: str, dtype: Any, vocab: int, *, rows: int = HOST_ROWS, device: Any = "cuda",
