@@ -75,8 +75,7 @@ class Plan:
 
     buffers: list = field(default_factory=list, repr=False)  # tensors allocated when the plan was built
     prologue: Launch | None = None  # runs before ``launches`` (kernels.prologue): only kernels that read their scales
-    # the workspace's initial state besides zeros: (offset, count, int32 bits) ranges (kernels.problem.initialize_workspace)
-    workspace_fills: tuple = ()
+    workspace_fills: tuple = ()  # the workspace's start besides zeros (kernels.problem.initialize_workspace)
 
     @property
     def buffer_bytes(self) -> int:

@@ -282,12 +282,15 @@ def build_problem(
     )
 
 
-def allocate_outputs(problem: Problem, extra_floats: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def allocate_outputs(problem: Problem, extra_floats: int = 0,
+                     fills=()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The workspace (fp32: header, row losses, then ``extra_floats`` for the variant; see :func:`workspace_size`),
-    the loss (0-d fp32) and the gradient (logits' dtype, contiguous). The workspace starts zeroed: the loss kernels
-    leave its header zeroed again when they finish (``row_math.finish_program``), so a plan runs again as is."""
+    in the state the loss kernels expect before their first call (:func:`initialize_workspace` with ``fills``),
+    the loss (0-d fp32) and the gradient (logits' dtype, contiguous). The kernels leave the workspace in that state
+    again when they finish (``row_math.finish_program``), so a plan runs again as is."""
     device = problem.logits.device
-    workspace = torch.zeros(workspace_size(problem.n_rows) + extra_floats, dtype=torch.float32, device=device)
+    workspace = initialize_workspace(torch.empty(workspace_size(problem.n_rows) + extra_floats, dtype=torch.float32,
+                                                 device=device), fills)
     loss = torch.empty((), dtype=torch.float32, device=device)
     grad = None
     if problem.compute_grad:

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .launch import Launch
 from .problem import Problem
-from .row_math import WS_DONE, WS_GRAD_SCALE, WS_LOSS_SCALE, count_rows
+from .row_math import WS_DONE, WS_GRAD_SCALE, WS_LOSS_SCALE, assert_labels_in_range, count_rows, mean_scales
 
 
 @triton.jit(debug=True)  # debug: keep the device_assert (Triton drops asserts otherwise)
@@ -39,22 +39,18 @@ def loss_prologue_kernel(
     GRAD_OUTPUT_IN_MEMORY: tl.constexpr,
 ):
     n_counted, n_bad = count_rows(labels_ptr, mask_ptr, n_rows, n_cols, ignore_index, LOSS, HAS_MASK)
-    n_valid = tl.maximum(n_counted, 1).to(tl.float32)
-    if GRAD_OUTPUT_IN_MEMORY:
-        grad_output = tl.load(grad_output_ptr).to(tl.float32)
-    poison = tl.where(n_bad > 0, float("nan"), 0.0)  # NaN + x is NaN; 0 + x is x
-    tl.store(ws_ptr + WS_LOSS_SCALE, 1.0 / n_valid + poison)
-    tl.store(ws_ptr + WS_GRAD_SCALE, grad_output / n_valid + poison)
+    loss_scale, grad_scale = mean_scales(n_counted, n_bad > 0, grad_output_ptr, grad_output, GRAD_OUTPUT_IN_MEMORY)
+    tl.store(ws_ptr + WS_LOSS_SCALE, loss_scale)
+    tl.store(ws_ptr + WS_GRAD_SCALE, grad_scale)
     header = tl.arange(0, 128)
     tl.store(ws_ptr + header, tl.zeros([128], dtype=tl.float32), mask=header <= WS_DONE)
     tl.store(loss_ptr, 0.0)
-    tl.device_assert(n_bad == 0, "target (labels) out of range: every label must lie in [0, n_cols) or equal "
-                     "ignore_index")
+    assert_labels_in_range(n_bad)
 
 
 def prologue_launch(problem: Problem, workspace: torch.Tensor, loss: torch.Tensor) -> Launch:
     """The prologue of one call (one program)."""
-    grad_tensor = problem.grad_output_tensor
+    scale_args, scale_constexprs = problem.scale_args()
     return Launch(
         name="prologue",
         fn=loss_prologue_kernel,
@@ -62,18 +58,13 @@ def prologue_launch(problem: Problem, workspace: torch.Tensor, loss: torch.Tenso
         args=dict(
             labels_ptr=problem.labels if problem.labels is not None else workspace,
             mask_ptr=problem.mask if problem.mask is not None else workspace,
-            grad_output_ptr=grad_tensor if grad_tensor is not None else workspace,
             ws_ptr=workspace,
             loss_ptr=loss,
             n_rows=problem.n_rows,
             n_cols=problem.n_cols,
             ignore_index=problem.ignore_index,
-            grad_output=float(problem.grad_output) if problem.grad_output is not None else 0.0,
+            **scale_args,
         ),
-        constexprs=dict(
-            LOSS=problem.loss_code,
-            HAS_MASK=problem.mask is not None,
-            GRAD_OUTPUT_IN_MEMORY=grad_tensor is not None,
-        ),
+        constexprs=dict(LOSS=problem.loss_code, HAS_MASK=problem.mask is not None, **scale_constexprs),
         num_warps=4,
     )

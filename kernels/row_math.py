@@ -219,8 +219,8 @@ def call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_ro
 
     An out-of-range label makes both scales NaN (loss and gradient NaN, never a finite wrong number) and trips a
     device-side assert in the programs that counted (the kernel is compiled with debug=True for it)."""
-    if GRAD_OUTPUT_IN_MEMORY:
-        grad_output = tl.load(grad_output_ptr).to(tl.float32)
+    n_counted = n_rows
+    bad = n_rows < 0  # a run-time "false"
     if LOSS == CE_LABELS or HAS_MASK:
         word_ptr = ws_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + WS_COUNT
         # Every thread loads the word, and another program may publish it meanwhile: a plain scalar load could leave
@@ -231,14 +231,28 @@ def call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_ro
             n_valid, n_bad = count_rows(labels_ptr, mask_ptr, n_rows, n_cols, ignore_index, LOSS, HAS_MASK)
             word = tl.where(n_bad > 0, -1, n_valid + 1)
             tl.store(word_ptr, word)
-            tl.device_assert(n_bad == 0, "target (labels) out of range: every label must lie in [0, n_cols) or "
-                             "equal ignore_index")
-        poison = tl.where(word < 0, float("nan"), 0.0)  # NaN + x is NaN; 0 + x is x
-        n_valid = tl.maximum(word - 1, 1).to(tl.float32)
-    else:
-        poison = 0.0
-        n_valid = tl.maximum(n_rows, 1).to(tl.float32)
+            assert_labels_in_range(n_bad)
+        n_counted = word - 1
+        bad = word < 0
+    return mean_scales(n_counted, bad, grad_output_ptr, grad_output, GRAD_OUTPUT_IN_MEMORY)
+
+
+@triton.jit
+def mean_scales(n_counted, bad, grad_output_ptr, grad_output, GRAD_OUTPUT_IN_MEMORY: tl.constexpr):
+    """(1 / n, grad_output / n) with n = max(n_counted, 1) (an empty mean: loss 0, gradient 0); both NaN when
+    ``bad`` (an out-of-range label). grad_output is read from the device when the caller gave a tensor."""
+    if GRAD_OUTPUT_IN_MEMORY:
+        grad_output = tl.load(grad_output_ptr).to(tl.float32)
+    poison = tl.where(bad, float("nan"), 0.0)  # NaN + x is NaN; 0 + x is x
+    n_valid = tl.maximum(n_counted, 1).to(tl.float32)
     return 1.0 / n_valid + poison, grad_output / n_valid + poison
+
+
+@triton.jit
+def assert_labels_in_range(n_bad):
+    """The device-side assert of an out-of-range label (kept only in kernels compiled with debug=True)."""
+    tl.device_assert(n_bad == 0, "target (labels) out of range: every label must lie in [0, n_cols) or equal "
+                     "ignore_index")
 
 
 @triton.jit

@@ -32,7 +32,7 @@ import triton.language as tl
 from .fused import fused_launch
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
-                      initialize_workspace, next_power_of_2, workspace_size)
+                      next_power_of_2, workspace_size)
 from .row_math import (
     CE_LABELS,
     WS_GEN,
@@ -542,9 +542,8 @@ def plan_split_row(
     partials_offset = workspace_size(problem.n_rows)
     partials_words = problem.n_rows * N_PARTIALS.value * num_chunks
     # The lagged schedule's summaries: two halves, the first starting EMPTY_BITS (split_row_lagged_kernel).
-    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words * (2 if lagged else 1))
     fills = ((partials_offset, partials_words, EMPTY_BITS.value),) if lagged else ()
-    initialize_workspace(workspace, fills)
+    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words * (2 if lagged else 1), fills=fills)
     # Arrival counters: only the "wait" schedule counts; the other kernels get a placeholder pointer.
     counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device) if schedule == "wait" else None
     buffers = [workspace, grad, loss, counters]

@@ -15,8 +15,8 @@ import triton.language as tl
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher,
                       next_power_of_2, workspace_size)
-from .row_math import (CE_LABELS, WS_GRAD_SCALE, call_scales, finish_program, label_logit, load_scales, load_tiles, row_loss, row_losses_ptr,
-                       row_statistics, row_validity, tile_gradient)
+from .row_math import (CE_LABELS, WS_GRAD_SCALE, call_scales, finish_program, label_logit, load_scales, load_tiles,
+                       row_loss, row_losses_ptr, row_statistics, row_validity, tile_gradient)
 
 
 @triton.jit(debug=True)  # keeps call_scales' device_assert (see fused_loss_kernel)

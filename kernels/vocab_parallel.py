@@ -437,8 +437,7 @@ def make_template(vp: VocabParallelProblem, plan: VocabParallelPlan) -> VocabPar
         if isinstance(step, Collective):
             steps.append(_AllGatherSlot(step.group))
             continue
-        scalar_slots = {"grad_output": GRAD_OUTPUT_VALUE} if step.name == "prologue" else {}
-        direct = direct_launch(step, by_identity, scalar_slots)
+        direct = direct_launch(step, by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
         if direct is None:
             return None
         steps.append(direct)

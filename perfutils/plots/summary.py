@@ -239,9 +239,9 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
             f"{meta.get('triton_version')}, {meta.get('problem', '8 x 32000 bf16')}, recorded "
             f"{str(meta.get('timestamp_utc', ''))[:10]}; data/{gpu_dir.name}/host_overhead.csv): the public call "
             f"{public.min():.0f}–{public.max():.0f} over the four losses, of which the template's run (the loss "
-            f"and gradient allocations and the kernel launch) {template.min():.0f}–{template.max():.0f} (one compiled-kernel launch "
-            f"{launch.iloc[0]:.1f}, one `torch.empty` {empty.min():.1f}–{empty.max():.1f}); the autograd form "
-            f"{autograd.min():.0f}–{autograd.max():.0f}, where PyTorch's autograd alone on `x.float().sum().backward()` "
+            f"and gradient allocations and the kernel launch) {template.min():.0f}–{template.max():.0f} (one "
+            f"compiled-kernel launch {launch.iloc[0]:.1f}, one `torch.empty` {empty.min():.1f}–{empty.max():.1f}); "
+            f"the autograd form {autograd.min():.0f}–{autograd.max():.0f}, where PyTorch's autograd alone on `x.float().sum().backward()` "
             f"costs {floor.iloc[0]:.0f}.")
 
 
