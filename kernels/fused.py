@@ -59,6 +59,7 @@ def fused_loss_kernel(
     BLOCK_SIZE: tl.constexpr,
     PEEL: tl.constexpr = False,  # rows not 16-byte aligned: 16-byte body plus a scalar head/tail tile (row_peel)
     VEC: tl.constexpr = 8,  # elements per 16 bytes
+    KEEP_LAST: tl.constexpr = False,  # several tiles: the last one is read last and kept in registers (see below)
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -104,8 +105,15 @@ def fused_loss_kernel(
                                                   LOSS)
                     tl.store(g_row + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty), mask=evalid)
         else:
-            # Pass 1: online statistics over the tiles.
-            m_x, s_x, m_t, s_t, acc = row_statistics(x_body, t_body, cols, body, LOSS, BLOCK_SIZE)
+            # Pass 1: online statistics over the tiles. KEEP_LAST: over all but the last tile, which is then read
+            # and kept (its exponentials too), so pass 2 re-reads one tile fewer (2 tiles: half the L2 re-reads).
+            last = ((body - 1) // BLOCK_SIZE) * BLOCK_SIZE if KEEP_LAST else body
+            m_x, s_x, m_t, s_t, acc = row_statistics(x_body, t_body, cols, last, LOSS, BLOCK_SIZE)
+            if KEEP_LAST:
+                k_x2, k_t2 = load_tiles(x_body + last, t_body + last, cols, body - last, LOSS)
+                km_x, ks_x, km_t, ks_t, kacc, ke_x, ke_t = tile_statistics(k_x2, k_t2, LOSS)
+                m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, km_x, ks_x, km_t, ks_t, kacc,
+                                                             LOSS)
             if PEEL:
                 ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, LOSS, VEC)
                 em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
@@ -118,7 +126,13 @@ def fused_loss_kernel(
                 # row_math.gradient_from_summary: Triton 3.6 compiles that form of this loop differently for
                 # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
                 lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
-                for start in range(0, body, BLOCK_SIZE):
+                if KEEP_LAST:  # the kept tile first, from registers; then the others, the most recently read first
+                    grad = tile_gradient(ke_x, rescale(km_x, m_x) / s_x, ke_t, rescale(km_t, m_t) / s_t, k_x2 - k_t2,
+                                         cols + last + head, label, lse_diff2, loss, LOSS)
+                    tl.store(g_body + last + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
+                             mask=cols < body - last)
+                for step in range(0, last, BLOCK_SIZE):
+                    start = last - BLOCK_SIZE - step if KEEP_LAST else step
                     x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
@@ -152,29 +166,42 @@ def default_fused_config(n_cols: int) -> tuple[int, int]:
     return block_size, min(16, max(4, block_size // 2048))
 
 
-def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int | None = None) -> Plan:
+def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int | None = None, *,
+               keep_last: bool = False) -> Plan:
+    """keep_last: a row of several tiles keeps its last tile in registers from pass 1 to pass 2 (one re-read fewer;
+    more registers). The #497-era kernel re-reads every tile."""
     default_block, default_warps = default_fused_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    keep_last = check_keep_last(keep_last)
     workspace, loss, grad = allocate_outputs(problem)
     return Plan(
         variant="fused",
-        launches=[fused_launch(problem, block_size, num_warps, workspace, loss, grad)],
+        launches=[fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=keep_last)],
         finish=finisher(problem, loss, grad),
-        config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size)},
+        config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size),
+                **({"keep_last": True} if keep_last else {})},
         buffers=[workspace, grad, loss],
     )
 
 
-def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, loss, grad) -> Launch:
+def check_keep_last(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"keep_last must be True or False, got {value!r}")
+    return value
+
+
+def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, loss, grad, *,
+                 keep_last: bool = False) -> Launch:
     """The fused kernel's launch (also used by split_row for rows that fit in one chunk)."""
     scale_args, scale_constexprs = problem.scale_args()
+    single_tile = problem.n_cols <= block_size
     return Launch(
         name="fused",
         fn=fused_loss_kernel,
         grid=(problem.n_rows,),
         args=dict(problem.loss_args(workspace, loss, grad), **scale_args),
-        constexprs=dict(problem.loss_constexprs(), **scale_constexprs, SINGLE_TILE=problem.n_cols <= block_size, BLOCK_SIZE=block_size,
-                        **problem.peel_constexprs()),
+        constexprs=dict(problem.loss_constexprs(), **scale_constexprs, SINGLE_TILE=single_tile, BLOCK_SIZE=block_size,
+                        **problem.peel_constexprs(), **({"KEEP_LAST": True} if keep_last and not single_tile else {})),
         num_warps=num_warps,
     )

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused import fused_launch
+from .fused import check_keep_last, fused_launch
 from .launch import Launch, Plan
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
                       next_power_of_2, workspace_size)
@@ -428,6 +428,13 @@ def summaries_missing(m_x, s_x, m_t, s_t, acc, lane_used):
     return tl.max((empty & lane_used).to(tl.int32), axis=0) > 0
 
 
+def summary_lanes(num_chunks: int) -> int:
+    """Lanes of the vector a program loads a row's chunk summaries into (CHUNKS_POW2): a power of two, at least one
+    warp's 32. With 16 lanes ptxas gave the lagged kernel 128 registers instead of 80 (labels CE, 16 chunks of 4096
+    columns, 4 warps, sm_90 offline compile: 4 programs per SM instead of 6)."""
+    return max(32, next_power_of_2(num_chunks))
+
+
 def default_split_row_config(n_cols: int) -> tuple[int, int]:
     """Chunks of up to 4K columns with 4 warps (32 values per thread per live tile): the best split_row
     configuration for most shapes of the H100 sweep (data/h100-sxm-80gb/split_row_tuning.csv)."""
@@ -495,6 +502,7 @@ def plan_split_row(
     cooperative: bool | None = None,
     schedule: str = "lagged",
     maxnreg: int | None = None,
+    keep_last: bool = False,
 ) -> Plan:
     """Plan the split-row variant.
 
@@ -508,6 +516,8 @@ def plan_split_row(
     schedule: the cooperative kernel's, "lagged" (default) or "wait" (see the module docstring).
     maxnreg: a per-thread register cap for the split kernels (ptxas spills above it). More programs
     fit per SM, which the H100 sweep found slower at every cap tried (split_row_register_caps.csv).
+    keep_last: with split=False, a program keeps its row's last chunk in registers from the first walk to the
+    second (see kernels.fused.plan_fused); no effect on split rows.
     """
     default_block, default_warps = default_split_row_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
@@ -522,14 +532,17 @@ def plan_split_row(
         raise ValueError("cooperative=True needs split=True: with split=False each row has one program and "
                          "nothing to exchange")
     maxnreg = check_maxnreg(maxnreg)
+    keep_last = check_keep_last(keep_last)
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
 
     if num_chunks == 1 or not split:  # one program per row: nothing to exchange
         workspace, loss, grad = allocate_outputs(problem)
-        launches = [fused_launch(problem, block_size, num_warps, workspace, loss, grad)]
+        launches = [fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=keep_last)]
+        mode = "single" if num_chunks == 1 else "row"
         return Plan("split_row", launches, finisher(problem, loss, grad),
-                    {**config, "mode": "single" if num_chunks == 1 else "row"}, buffers=[workspace, grad, loss])
+                    {**config, "mode": mode, **({"keep_last": True} if keep_last and mode == "row" else {})},
+                    buffers=[workspace, grad, loss])
 
     device = problem.logits.device
     want_cooperative = cooperative is not False and device.type == "cuda" and not interpreting()
@@ -575,7 +588,7 @@ def plan_split_row(
                 **scale_constexprs,
                 **kernel_constexprs,
                 NUM_CHUNKS=num_chunks,
-                CHUNKS_POW2=max(2, next_power_of_2(num_chunks)),
+                CHUNKS_POW2=summary_lanes(num_chunks),
                 BLOCK_SIZE=block_size,
             ),
             num_warps=num_warps,

@@ -38,19 +38,59 @@ def test_candidates_start_with_the_seed_and_stay_within_limits():
     assert ("split_row", 32768, 32, {"split": False}) in small and ("split_row", 16384, 16, {"split": False}) in small
 
 
+class FakePlan:
+    def __init__(self, block_size, num_warps, options):
+        self.key = (block_size, num_warps, tuple(sorted(options.items())))
+        lagged = options.get("split", True) and block_size < 50257
+        self.config = {"schedule": "lagged"} if lagged else {"mode": "row"}
+        self.launches = [type("FakeLaunch", (), {"compiled": f"kernel {block_size}/{num_warps}"})()]
+
+
+def fake_planner(problem, block_size, num_warps, **options):
+    if block_size == 2048 and "maxnreg" not in options:
+        raise RuntimeError("does not compile")
+    return FakePlan(block_size, num_warps, options)
+
+
 def test_search_keeps_the_fastest_and_records_failures(monkeypatch):
     times = iter([1.0, 0.5, 2.0, 0.7, 0.9, 3.0, 1.1])
-
-    def fake_planner(problem, block_size, num_warps, **options):
-        if block_size == 2048:
-            raise RuntimeError("does not compile")
-        return (block_size, num_warps, tuple(options))
-
     monkeypatch.setattr(autotune, "_time_plan", lambda plan, repeats: next(times))
+    monkeypatch.setattr(autotune, "capped_registers", lambda compiled: [])
     entry = autotune._search(problem(n_cols=50257), None, {"split_row": fake_planner})
     ok = [c for c in entry["candidates"] if "ms" in c]
     assert entry["ms"] == min(c["ms"] for c in ok) and entry["source"] == "first-call search"
     assert any("does not compile" in c.get("error", "") for c in entry["candidates"])
+
+
+def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeypatch):
+    """The two fastest lagged candidates are timed again with every cap capped_registers offers; a capped twin that
+    is fastest wins, with its maxnreg in the options a later call plans with."""
+    base = {("split_row", 4096, 4): 0.50, ("split_row", 8192, 4): 0.60, ("split_row", 8192, 8): 0.70}
+
+    def fake_time(plan, repeats):
+        block, warps, options = plan.key
+        cap = dict(options).get("maxnreg")
+        if cap is not None:
+            return {96: 0.55, 80: 0.45}[cap] if block == 4096 else 0.52
+        return base.get(("split_row", block, warps), 0.9)
+
+    capped = []
+    monkeypatch.setattr(autotune, "_time_plan", fake_time)
+    monkeypatch.setattr(autotune, "capped_registers", lambda compiled: capped.append(compiled) or [96, 80])
+    entry = autotune._search(problem(n_cols=50304), None, {"split_row": fake_planner})
+    assert capped == ["kernel 4096/4", "kernel 8192/4"]  # the two fastest lagged candidates, fastest first
+    twins = [c for c in entry["candidates"] if "maxnreg" in c["options"]]
+    assert [(c["block_size"], c["options"]["maxnreg"]) for c in twins] == [(4096, 96), (4096, 80), (8192, 96),
+                                                                          (8192, 80)]
+    assert (entry["block_size"], entry["num_warps"], entry["options"]) == (4096, 4, {"maxnreg": 80})
+
+
+def test_capped_registers_reads_a_launched_kernel():
+    """Caps that fit one and two more programs per SM (sm_90, 4 warps, no shared memory: 128 registers fit 4
+    blocks, 96 fit 5, 80 fit 6); nothing for a kernel whose counts cannot be read."""
+    kernel = type("Compiled", (), {"n_regs": 128, "metadata": type("Meta", (), {"shared": 0, "num_warps": 4})()})()
+    assert autotune.capped_registers(kernel) == [96, 80]
+    assert autotune.capped_registers(object()) == []
 
 
 def test_disk_cache_merges_entries_atomically(tmp_path):

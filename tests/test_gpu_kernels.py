@@ -186,6 +186,33 @@ def test_realistic_sizes(shape, loss_index, spec):
     assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
 
 
+# Chunk counts that are not powers of two (13 and 4 chunks at 50304 columns; 13 of an unaligned 50257-column row,
+# peeled) under the register cap the first-call search may choose, and the unsplit kernel keeping its last tile.
+ODD_CHUNK_SPECS = [
+    ("lagged-4096-capped80", {"variant": "split_row", "block_size": 4096, "num_warps": 4, "cooperative": True,
+                              "maxnreg": 80}),
+    ("lagged-16384", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "cooperative": True}),
+    ("unsplit-keep-last", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False,
+                           "keep_last": True}),
+    ("fused-keep-last", {"variant": "fused", "block_size": 32768, "num_warps": 16, "keep_last": True}),
+]
+
+
+@pytest.mark.parametrize("spec", ODD_CHUNK_SPECS, ids=[s[0] for s in ODD_CHUNK_SPECS])
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+@pytest.mark.parametrize("vocab", [50304, 50257])
+def test_odd_chunk_counts_capped_and_keep_last(vocab, loss_index, spec):
+    name, options = spec
+    problem = get_problem(1024, vocab, loss_index)
+    plan = kernels.prepare(problem.logits, problem.target, **problem.options(), **options)
+    if options.get("cooperative"):
+        assert plan.config["mode"] == "cooperative" and plan.config["programs"] <= plan.config["resident_programs"]
+    label = f"1024x{vocab} bf16 {problem.loss}/{problem.fmt} {name} {plan.config}"
+    check_against_reference(problem, plan.run(), label)
+    loss_again, _ = plan.run()  # the lagged halves alternate between runs
+    assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
+
+
 # --------------------------------------------------------------------------------------------
 # More than 2**31 elements
 # --------------------------------------------------------------------------------------------

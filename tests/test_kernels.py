@@ -274,6 +274,40 @@ def test_split_row_forms(loss_index, form, gen, oracle):
     oracle.check(logits, target, again, loss=loss, target_format=fmt)
 
 
+KEEP_LAST_VOCABS = [100, 128, 300, 301]  # 2 tiles, 2 full tiles, 5 tiles, 5 tiles of an unaligned row (peeled)
+
+
+@pytest.mark.parametrize("vocab", KEEP_LAST_VOCABS)
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_keep_last_tile(loss_index, vocab, gen, oracle):
+    """keep_last: pass 1 keeps the row's last tile in registers and pass 2 writes it first, then re-reads the
+    others newest first; fused and split_row's unsplit form, rows masked out included, fp32 and bf16."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    for dtype in (torch.float32, torch.bfloat16):
+        logits, target = oracle.make_inputs(gen, (4, vocab), dtype, fmt)
+        mask = torch.tensor([True, False, True, True], device=logits.device)
+        for variant, options in (("fused", {}), ("split_row", {"split": False})):
+            plan = kernels.prepare(logits, target, loss=loss, target_format=fmt, variant=variant, block_size=64,
+                                   num_warps=2, keep_last=True, loss_mask=mask, **options)
+            assert plan.config["keep_last"] is True
+            assert plan.launches[0].constexprs["KEEP_LAST"] is True
+            oracle.check(logits, target, plan.run(), loss=loss, target_format=fmt, loss_mask=mask,
+                         label=f"{variant} {dtype} vocab {vocab}")
+
+
+def test_keep_last_tile_options(gen, oracle):
+    """One tile: nothing to keep (the single-tile kernel already keeps it); a non-bool is refused."""
+    logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
+    plan = kernels.prepare(logits, labels, variant="fused", block_size=64, keep_last=True)
+    assert "KEEP_LAST" not in plan.launches[0].constexprs
+    oracle.check(logits, labels, plan.run())
+    split = kernels.prepare(logits, labels, variant="split_row", block_size=64, split=False, keep_last=True)
+    assert split.config["mode"] == "single" and "keep_last" not in split.config
+    for variant, options in (("fused", {}), ("split_row", {"split": False})):
+        with pytest.raises(TypeError, match="keep_last must be True or False"):
+            kernels.prepare(logits, labels, variant=variant, block_size=32, keep_last=1, **options)
+
+
 def test_split_row_modes(gen, oracle):
     """Rows that fit one chunk use the single-tile kernel; without a GPU cooperative=None is multi-launch."""
     logits, labels = oracle.make_inputs(gen, (3, 100), torch.float32, "labels")

@@ -420,3 +420,16 @@ def test_tables_cover_the_brief():
         assert lim.carveout_bytes[-1] == lim.shared_bytes_per_sm
         assert lim.shared_bytes_per_block_optin == lim.shared_bytes_per_sm - KIB
     assert occ_mod.UNLIMITED == math.inf
+
+
+def test_register_caps_for_more_blocks():
+    """sm_90, 4 warps, no shared memory: 128 registers fit 4 blocks an SM, 96 fit 5, 80 fit 6 (the lagged split_row
+    kernel's count with 13 and with 16 chunks a row); a kernel not limited by registers gets no cap."""
+    from perfutils.model.occupancy import occupancy_of_counts, register_caps_for_more_blocks
+
+    assert register_caps_for_more_blocks(128, 0, 4) == [(96, 5), (80, 6)]
+    assert register_caps_for_more_blocks(141, 0, 4, steps=1) == [(128, 4)]
+    for cap, blocks in register_caps_for_more_blocks(251, 1024, 8, steps=3):
+        assert occupancy_of_counts(cap, 1024, 8).blocks_per_sm == blocks
+        assert occupancy_of_counts(cap + 8, 1024, 8).blocks_per_sm < blocks  # the largest cap of its level
+    assert register_caps_for_more_blocks(32, 0, 4) == []  # 16 blocks of 128 threads: threads limit, not registers

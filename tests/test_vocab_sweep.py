@@ -180,7 +180,7 @@ def test_time_host_calls_counts_calls_between_syncs():
     times = host_cost.time_host_calls(run, sync, calls=5, repeats=3, warmup=2, clock=lambda: now[0])
     assert events[:3] == ["run", "run", "sync"]
     assert events.count("run") == 2 + 15 and events.count("sync") == 4
-    assert times == pytest.approx([4.0] * 3)  # (5 x 2 + 10) µs / 5 calls
+    assert times == pytest.approx([2.0] * 3)  # 5 x 2 µs / 5 calls: the GPU's tail (the sync) is not the host's
     with pytest.raises(ValueError, match="calls must be a positive int"):
         host_cost.time_host_calls(run, sync, calls=0)
 
@@ -188,7 +188,14 @@ def test_time_host_calls_counts_calls_between_syncs():
 def test_count_syncs_counts_pytorch_sync_warnings_and_restores_the_mode(monkeypatch):
     mode = {"now": 0}
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.__setitem__("now", value))
+
+    def set_mode(value):
+        if value == "warn":  # what PyTorch says each time the mode is turned on: not a sync
+            warnings.warn("Synchronization debug mode is a prototype feature and does not yet detect all "
+                          "synchronizing operations")
+        mode["now"] = value
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
 
     def two_syncs():
         if mode["now"] == "warn":
@@ -570,3 +577,28 @@ def test_coverage_counts_planned_recorded_and_missing_rows():
     assert (row["planned"], row["ok"], row["other"], row["missing"]) == (len(planned), 1, 1, len(planned) - 2)
     assert (grid["planned"] == grid["ok"] + grid["other"] + grid["missing"]).all()
     assert grid["ok"].sum() == 1 and grid["other"].sum() == 1
+
+
+def test_forget_project_rows_keeps_the_whole_file_and_says_what_it_took_out(tmp_path):
+    """The project's rows of the chosen token counts leave the study (its stages then measure them again); peers and
+    other token counts stay; the whole file and sidecar are kept in a .replaced copy the sidecar names."""
+    import json
+
+    import pandas as pd
+
+    from perfutils.measure.vocab_sweep import forget_project_rows
+
+    path = tmp_path / "vocab_sweep.csv"
+    rows = [{"variant": v, "tokens": t, "dtype": "bf16", "vocab": 32000} for v in ("public", "plan", "public_autograd",
+                                                                                   "fast_llm") for t in (1024, 4096)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    path.with_suffix(".json").write_text(json.dumps({"study": "vocab_sweep", "sessions": []}))
+    kept = forget_project_rows(path, [4096], log=lambda *_: None)
+    left = pd.read_csv(path)
+    assert sorted(zip(left["variant"], left["tokens"])) == sorted(
+        [("fast_llm", 1024), ("fast_llm", 4096), ("plan", 1024), ("public", 1024), ("public_autograd", 1024)])
+    assert pd.read_csv(kept).equals(pd.DataFrame(rows)) and kept.with_suffix(".json").exists()
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["forgotten"][0]["rows"] == 3 and meta["forgotten"][0]["kept_in"] == kept.name
+    assert forget_project_rows(path, [4096], log=lambda *_: None) is None  # nothing left to take out: no new copy
+    assert len(list(tmp_path.glob("*.replaced-*.csv"))) == 1

@@ -1,11 +1,12 @@
 """What a call costs the host, and how often it waits for the GPU: the columns a study adds beside the GPU time.
 
 * ``host_us_per_call``: wall-clock microseconds per call on a tiny problem of the same loss, dtype and vocab
-  (:data:`HOST_ROWS` rows): after a warm-up, ``calls`` calls back to back with no synchronization, then one
-  ``torch.cuda.synchronize()``; the median over ``repeats`` such batches (``host_us_min``: the fastest batch).
-  On 8 rows the GPU work is a few microseconds, so this is the host's time per call (Python, argument checks,
-  launches) unless a provider launches so many kernels that the GPU becomes the bottleneck, which it then
-  measures. It does not depend on the token count, so a process measures it once per (provider, loss,
+  (:data:`HOST_ROWS` rows): after a warm-up, ``calls`` calls back to back with no synchronization, timed until
+  the last call returns (the time the caller's thread spends: Python, argument checks, launches), then one
+  ``torch.cuda.synchronize()`` outside the timing; the median over ``repeats`` such batches (``host_us_min``: the
+  fastest batch). Until 2026-11-23 the synchronize was inside the timing, so a batch also waited for the GPU's
+  last kernels; a provider that queues more launches than the driver's queue holds (~1000 per batch) still waits
+  for the GPU. It does not depend on the token count, so a process measures it once per (provider, loss,
   dtype, vocab) and every row of that combination records the same value.
 * ``syncs_per_call``: device-to-host synchronizations during one repeated call at the measured shape, counted
   as the warnings PyTorch emits under ``torch.cuda.set_sync_debug_mode("warn")`` (``.item()``, blocking copies,
@@ -29,13 +30,17 @@ from .providers import KERNEL_ONLY
 __all__ = ["HOST_ROWS", "SYNC_WARNING", "CallCosts", "count_syncs", "time_host_calls", "tiny_inputs"]
 
 HOST_ROWS = 8
-SYNC_WARNING = "synchronizing"  # PyTorch's message: "called a synchronizing CUDA operation"
+# PyTorch's message at a sync: "called a synchronizing CUDA operation". Not just "synchronizing": turning the debug
+# mode on warns once per process that it "does not yet detect all synchronizing operations", which once counted as
+# a sync of the first configuration of every process.
+SYNC_WARNING = "called a synchronizing"
 
 
 def time_host_calls(run: Callable[[], Any], sync: Callable[[], Any], *, calls: int = 100, repeats: int = 5,
                     warmup: int = 10, clock: Callable[[], float] = time.perf_counter) -> list[float]:
-    """Microseconds per call of ``calls`` back-to-back ``run()`` s followed by one ``sync()``, for each of
-    ``repeats`` batches, after ``warmup`` runs and a sync (first calls compile, search, allocate)."""
+    """Microseconds per call of ``calls`` back-to-back ``run()`` s until the last returns, for each of ``repeats``
+    batches, after ``warmup`` runs and a sync (first calls compile, search, allocate); each batch is followed by one
+    ``sync()`` that is not timed."""
     for name, value in (("calls", calls), ("repeats", repeats)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"time_host_calls: {name} must be a positive int, got {value!r}")
@@ -49,8 +54,8 @@ def time_host_calls(run: Callable[[], Any], sync: Callable[[], Any], *, calls: i
         start = clock()
         for _ in range(calls):
             run()
-        sync()
         per_call.append((clock() - start) / calls * 1e6)
+        sync()
     return per_call
 
 

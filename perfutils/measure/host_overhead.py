@@ -23,7 +23,7 @@ LOSS_FORMATS = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forw
 
 def wall_us(fn: Callable[[], object], calls: int = 2000, batches: int = 5) -> float:
     """Median over batches of the wall-clock microseconds per call, timed as the vocab sweep's host µs are
-    (:func:`perfutils.measure.host_cost.time_host_calls`: a batch ends with one synchronization)."""
+    (:func:`perfutils.measure.host_cost.time_host_calls`: until the last call returns; the sync after it is not timed)."""
     import torch
 
     from .host_cost import time_host_calls

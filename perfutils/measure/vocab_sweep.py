@@ -22,6 +22,7 @@ another GPU unchanged.
     python -m perfutils.measure.vocab_sweep stages                   # the stages, rows and estimated minutes (no GPU)
     python -m perfutils.measure.vocab_sweep run public-4096-1 --out data
     python -m perfutils.measure.vocab_sweep quack-reference --out data   # the quoted quack figures (no GPU)
+    python -m perfutils.measure.vocab_sweep forget-project --tokens 4096 --out data  # before re-measuring the project
     TRITON_INTERPRET=1 python -m perfutils.measure.vocab_sweep dry-run    # CPU: a tiny stage through the whole path
 """
 
@@ -32,12 +33,13 @@ import itertools
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = [
     "FP32_VOCABS", "LOSSES", "PEER_16K_VOCABS", "PEERS", "PROJECT", "QUACK_REFERENCE", "QUACK_STUDY", "SAME_RUN_STUDY",
     "STAGE_BUDGET_S", "STUDY", "Stage", "TOKENS", "VOCABS", "cpu_dry_run", "estimate_seconds", "find_stage", "fits",
-    "main", "narrow", "quack_reference_frame", "run_stage", "same_run_stages", "stage_rows", "stages", "stages_table",
+    "forget_project_rows", "main", "narrow", "quack_reference_frame", "run_stage", "same_run_stages", "stage_rows", "stages", "stages_table",
     "write_quack_reference",
 ]
 
@@ -314,11 +316,52 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
 
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
                   "host_cost": {"rows": HOST_ROWS,
-                                "note": f"host_us_per_call on {HOST_ROWS} rows; syncs_per_call at the shape"}}
+                                "note": f"host_us_per_call on {HOST_ROWS} rows, timed until the last call returns (the sync "
+                                          "after a batch not timed); syncs_per_call at the shape"}}
     return run_cases(stage.study, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
                      vocabs=list(stage.vocabs), tokens=[stage.tokens], dtype=stage.dtype, out=out, log=log,
                      parameters=parameters, measurer=measurer, extra=extra, deadline=deadline, keep=keep,
                      skip_missing=True, **settings) if planned else None
+
+
+def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str | None = None,
+                        vocabs: Iterable[int] | None = None, log=print) -> Path | None:
+    """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens`` (all when None) and
+    ``dtype`` (and ``vocabs``, all when None) out of a recorded study so its stages measure them again. Nothing is lost: the whole file and its
+    sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and the sidecar records what was taken out and where it
+    is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
+    import shutil
+
+    import pandas as pd
+
+    from .records import load_metadata, sidecar_path
+    from .schema import utc_now
+    from .store import write_table
+
+    path = Path(path)
+    frame = pd.read_csv(path)
+    drop = frame["variant"].isin(PROJECT)
+    if tokens is not None:
+        drop &= frame["tokens"].isin(list(tokens))
+    if dtype is not None:
+        drop &= frame["dtype"] == dtype
+    if vocabs is not None:
+        drop &= frame["vocab"].isin(list(vocabs))
+    if not drop.any():
+        log(f"{path}: no project rows match; nothing written")
+        return None
+    stamp = utc_now().replace(":", "").replace("-", "")
+    kept = path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}")
+    shutil.copy2(path, kept)
+    shutil.copy2(sidecar_path(path), sidecar_path(kept))
+    meta = load_metadata(path)
+    meta.setdefault("forgotten", []).append({
+        "time_utc": utc_now(), "rows": int(drop.sum()), "variants": list(PROJECT),
+        "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
+        "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
+    write_table(frame[~drop], path, meta, overwrite=True)
+    log(f"{path}: {int(drop.sum())} project rows taken out to be measured again (the whole file kept in {kept.name})")
+    return kept
 
 
 def cpu_dry_run(out: str, *, tokens: int = 8, vocab: int = 300, losses=LOSSES, calls: int = 2, log=print):
@@ -395,6 +438,13 @@ def main(argv=None) -> int:
     dry.add_argument("--out", default=None, help="data folder (default: a new temporary folder)")
     quack = commands.add_parser("quack-reference", help="write the quoted quack figures (no GPU)")
     quack.add_argument("--out", default="data")
+    forget = commands.add_parser("forget-project", help="take the project's rows out of the recorded sweep (kept "
+                                 "in a .replaced copy) so the stages measure them again")
+    forget.add_argument("--out", default="data")
+    forget.add_argument("--gpu", default=None, help="GPU name (default: this machine's CUDA device)")
+    forget.add_argument("--tokens", type=int, nargs="+", default=None)
+    forget.add_argument("--dtype", default=None)
+    forget.add_argument("--vocab", type=int, nargs="+", default=None)
     args = parser.parse_args(argv)
     if args.command == "stages":
         import pandas as pd
@@ -416,6 +466,15 @@ def main(argv=None) -> int:
                    "kernel_only", "plan_config"]
         print(frame[columns].to_string())
         return 0 if set(frame["status"]) == {"ok"} else 1
+    if args.command == "forget-project":
+        from .schema import data_path
+
+        if args.gpu is None:
+            import torch
+
+            args.gpu = torch.cuda.get_device_name()
+        forget_project_rows(data_path(args.out, args.gpu, STUDY), args.tokens, dtype=args.dtype, vocabs=args.vocab)
+        return 0
     if args.command == "quack-reference":
         print(f"wrote {write_quack_reference(args.out)}")
         return 0

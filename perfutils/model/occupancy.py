@@ -372,6 +372,34 @@ def occupancy_of_compiled(kernel, cc=None) -> Occupancy:
     return occupancy_of_counts(n_regs, shared, num_warps, cc or target_cc or (9, 0))
 
 
+def register_caps_for_more_blocks(n_regs: int, shared_bytes: int, num_warps: int, cc=(9, 0), *,
+                                  steps: int = 2) -> list[tuple[int, int]]:
+    """``(cap, blocks_per_sm)`` for the next ``steps`` occupancy levels a register cap (``maxnreg``) could reach:
+    the largest registers per thread at which one, two, ... more blocks of the kernel fit on an SM. Empty when
+    registers do not limit it. ptxas's own count is not always the least it needs: the lagged split_row kernel
+    took 128 registers with 13 chunks a row and 80 with 16 (same code, sm_90), so a cap can buy programs free.
+    Whether it spills is only known by compiling it."""
+    current = occupancy_of_counts(n_regs, shared_bytes, num_warps, cc)
+    if "registers" not in current.limiters:
+        return []
+    caps = []
+    blocks = current.blocks_per_sm
+    for cap in range(_round_up(n_regs, 8) - 8, 23, -8):
+        occ = occupancy_of_counts(cap, shared_bytes, num_warps, cc)
+        if occ.blocks_per_sm > blocks:
+            caps.append((cap, occ.blocks_per_sm))
+            blocks = occ.blocks_per_sm
+            if len(caps) == steps or "registers" not in occ.limiters:
+                break
+    return caps
+
+
+def register_caps_of_compiled(kernel, cc=None, *, steps: int = 2) -> list[tuple[int, int]]:
+    """:func:`register_caps_for_more_blocks` of a launched Triton ``CompiledKernel``."""
+    n_regs, shared, num_warps, target_cc = _kernel_counts(kernel)
+    return register_caps_for_more_blocks(n_regs, shared, num_warps, cc or target_cc or (9, 0), steps=steps)
+
+
 def max_coresident_programs(n_regs: int, shared_bytes: int, num_warps: int, sm_count: int,
                             cc=(9, 0)) -> int:
     """How many programs of a Triton kernel can be resident at once: blocks/SM x SM count.
