@@ -145,10 +145,8 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
     # timed like any candidate and loses.
     for _ms, (variant, block_size, num_warps, options), compiled in sorted(lagged, key=lambda item: item[0])[:TWINS]:
         for cap in capped_registers(compiled):
-            entry, plan = _time_candidate(planners, problem, variant, block_size, num_warps,
-                                          {**options, "maxnreg": cap})
-            timed.append(entry)
-            del plan
+            timed.append(_time_candidate(planners, problem, variant, block_size, num_warps,
+                                         {**options, "maxnreg": cap})[0])
     ok = [entry for entry in timed if "ms" in entry]
     if not ok:
         return None

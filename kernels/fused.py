@@ -13,7 +13,8 @@ import triton
 import triton.language as tl
 
 from .launch import Launch, Plan
-from .problem import MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
+from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_keep_last, check_num_warps,
+                      finisher, next_power_of_2)
 from .row_math import (
     body_offset,
     call_scales,
@@ -173,22 +174,21 @@ def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int |
     default_block, default_warps = default_fused_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
-    keep_last = check_keep_last(keep_last)
     workspace, loss, grad = allocate_outputs(problem)
+    launch = fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=check_keep_last(keep_last))
     return Plan(
         variant="fused",
-        launches=[fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=keep_last)],
+        launches=[launch],
         finish=finisher(problem, loss, grad),
         config={"block_size": block_size, "num_warps": num_warps, "num_tiles": triton.cdiv(problem.n_cols, block_size),
-                **({"keep_last": True} if keep_last else {})},
+                **keeps_last_tile(launch)},
         buffers=[workspace, grad, loss],
     )
 
 
-def check_keep_last(value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"keep_last must be True or False, got {value!r}")
-    return value
+def keeps_last_tile(launch: Launch) -> dict:
+    """``{"keep_last": True}`` for a plan's config when its fused launch keeps a tile (rows of several tiles)."""
+    return {"keep_last": True} if launch.constexprs.get("KEEP_LAST") else {}
 
 
 def fused_launch(problem: Problem, block_size: int, num_warps: int, workspace, loss, grad, *,

@@ -147,6 +147,12 @@ def check_num_warps(value, name: str = "num_warps") -> int:
     return value
 
 
+def check_keep_last(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"keep_last must be True or False, got {value!r}")
+    return value
+
+
 def check_maxnreg(value) -> int | None:
     """A per-thread register cap for ptxas (None: no cap); sm_90 threads have at most 255 registers."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 16 <= value <= 255):

@@ -29,10 +29,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused import check_keep_last, fused_launch
+from .fused import fused_launch, keeps_last_tile
 from .launch import Launch, Plan
-from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_maxnreg, check_num_warps, finisher,
-                      next_power_of_2, workspace_size)
+from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_keep_last, check_maxnreg,
+                      check_num_warps, finisher, next_power_of_2, workspace_size)
 from .row_math import (
     CE_LABELS,
     WS_GEN,
@@ -538,10 +538,9 @@ def plan_split_row(
 
     if num_chunks == 1 or not split:  # one program per row: nothing to exchange
         workspace, loss, grad = allocate_outputs(problem)
-        launches = [fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=keep_last)]
-        mode = "single" if num_chunks == 1 else "row"
-        return Plan("split_row", launches, finisher(problem, loss, grad),
-                    {**config, "mode": mode, **({"keep_last": True} if keep_last and mode == "row" else {})},
+        launch = fused_launch(problem, block_size, num_warps, workspace, loss, grad, keep_last=keep_last)
+        return Plan("split_row", [launch], finisher(problem, loss, grad),
+                    {**config, "mode": "single" if num_chunks == 1 else "row", **keeps_last_tile(launch)},
                     buffers=[workspace, grad, loss])
 
     device = problem.logits.device

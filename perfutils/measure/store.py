@@ -113,6 +113,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.close(dir_fd)
 
 
+def replaced_stamp() -> str:
+    """The UTC time in the name of recorded files kept aside (``<stem>.replaced-<stamp>.*``), now."""
+    return utc_now().replace(":", "").replace("-", "")
+
+
+def replaced_path(path: Path, stamp: str) -> Path:
+    """Where a recorded file is kept when a newer recording replaces it (never deleted)."""
+    return path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}")
+
+
 def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str, Any], *, overwrite: bool = False) -> Path:
     """Write a derived table (not a sweep: no per-row schema) and its JSON sidecar, each atomically.
 
@@ -340,10 +350,10 @@ class ResultStore:
             batch.add(key)
 
     def _move_old_files_aside(self) -> None:
-        stamp = utc_now().replace(":", "").replace("-", "")
+        stamp = replaced_stamp()
         for old in (self.path, self.metadata_path):
             if old.exists():
-                target = old.with_name(f"{old.stem}.replaced-{stamp}{old.suffix}")
+                target = replaced_path(old, stamp)
                 os.replace(old, target)
                 self.replaced.append(target)
 

@@ -39,8 +39,8 @@ from typing import Any, Callable, Iterable
 __all__ = [
     "FP32_VOCABS", "LOSSES", "PEER_16K_VOCABS", "PEERS", "PROJECT", "QUACK_REFERENCE", "QUACK_STUDY", "SAME_RUN_STUDY",
     "STAGE_BUDGET_S", "STUDY", "Stage", "TOKENS", "VOCABS", "cpu_dry_run", "estimate_seconds", "find_stage", "fits",
-    "forget_project_rows", "main", "narrow", "quack_reference_frame", "run_stage", "same_run_stages", "stage_rows", "stages", "stages_table",
-    "write_quack_reference",
+    "forget_project_rows", "main", "narrow", "quack_reference_frame", "run_stage", "same_run_stages", "stage_rows",
+    "stages", "stages_table", "write_quack_reference",
 ]
 
 STUDY = "vocab_sweep"
@@ -316,8 +316,8 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
 
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
                   "host_cost": {"rows": HOST_ROWS,
-                                "note": f"host_us_per_call on {HOST_ROWS} rows, timed until the last call returns (the sync "
-                                          "after a batch not timed); syncs_per_call at the shape"}}
+                                "note": f"host_us_per_call on {HOST_ROWS} rows, timed until the last call returns "
+                                        "(the sync after a batch not timed); syncs_per_call at the shape"}}
     return run_cases(stage.study, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
                      vocabs=list(stage.vocabs), tokens=[stage.tokens], dtype=stage.dtype, out=out, log=log,
                      parameters=parameters, measurer=measurer, extra=extra, deadline=deadline, keep=keep,
@@ -326,17 +326,17 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
 
 def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str | None = None,
                         vocabs: Iterable[int] | None = None, log=print) -> Path | None:
-    """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens`` (all when None) and
-    ``dtype`` (and ``vocabs``, all when None) out of a recorded study so its stages measure them again. Nothing is lost: the whole file and its
-    sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and the sidecar records what was taken out and where it
-    is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
+    """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype`` and
+    ``vocabs`` (each: all when None) out of a recorded study so its stages measure them again. Nothing is lost: the
+    whole file and its sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and the sidecar records what was
+    taken out and where it is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
     import shutil
 
     import pandas as pd
 
     from .records import load_metadata, sidecar_path
     from .schema import utc_now
-    from .store import write_table
+    from .store import replaced_path, replaced_stamp, write_table
 
     path = Path(path)
     frame = pd.read_csv(path)
@@ -350,10 +350,10 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
     if not drop.any():
         log(f"{path}: no project rows match; nothing written")
         return None
-    stamp = utc_now().replace(":", "").replace("-", "")
-    kept = path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}")
+    stamp = replaced_stamp()
+    kept = replaced_path(path, stamp)
     shutil.copy2(path, kept)
-    shutil.copy2(sidecar_path(path), sidecar_path(kept))
+    shutil.copy2(sidecar_path(path), replaced_path(sidecar_path(path), stamp))
     meta = load_metadata(path)
     meta.setdefault("forgotten", []).append({
         "time_utc": utc_now(), "rows": int(drop.sum()), "variants": list(PROJECT),
