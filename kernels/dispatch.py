@@ -7,7 +7,8 @@ grid (occupancy of the compiled kernel) and builds its :class:`~kernels.launch.P
 plan becomes a :class:`CallTemplate`: per launch, the compiled kernel and its positional arguments, with the
 per-call tensors (logits, target, labels, mask, grad_output, gradient, workspace) left as slots. Later calls fill
 the slots and launch the compiled kernels directly (``CompiledKernel.run``, a third of the host time of a
-``JITFunction.run`` launch, which re-binds and re-specializes every argument: ``host_overhead.csv``).
+``JITFunction.run`` launch, which re-binds and re-specializes every argument: ``host_overhead.csv``); on Triton 3.6
+they call the launcher's C function itself (:func:`_c_launch`), which skips a Python frame per launch.
 
 The direct launch needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
 packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9); on any other Triton, under
@@ -23,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -36,14 +37,21 @@ ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace
 GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
 
 
-def _triton_supports_direct_launch() -> bool:
+def _triton_version() -> tuple[int, int] | None:
     import triton
 
     try:
         major, minor = (int(part) for part in triton.__version__.split(".")[:2])
     except ValueError:
-        return False
-    return (3, 3) <= (major, minor) < (3, 10)
+        return None
+    return major, minor
+
+
+_TRITON_VERSION = _triton_version()
+
+
+def _triton_supports_direct_launch() -> bool:
+    return _TRITON_VERSION is not None and (3, 3) <= _TRITON_VERSION < (3, 10)
 
 
 def _launch_hooks_installed() -> bool:
@@ -59,21 +67,54 @@ def _launch_hooks_installed() -> bool:
     return active(knobs.runtime.launch_enter_hook) or active(knobs.runtime.launch_exit_hook)
 
 
+def _c_launch(launcher) -> Callable | None:
+    """The C function behind Triton 3.6's ``CudaLauncher`` when calling it directly is the same launch: the Python
+    ``__call__`` only allocates scratch buffers (none for these kernels) and passes two flags from the compiled
+    metadata. None on any other Triton (its launcher's arguments are not checked here) or when scratch is needed."""
+    if _TRITON_VERSION != (3, 6):
+        return None
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:
+        return None
+    if type(launcher) is not CudaLauncher:
+        return None
+    needed = ("launch", "global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+    if not all(hasattr(launcher, name) for name in needed):
+        return None
+    if launcher.global_scratch_size or launcher.profile_scratch_size:
+        return None
+    return launcher.launch
+
+
 @dataclass
 class _TemplateLaunch:
     compiled: Any  # triton CompiledKernel
     grid: tuple[int, int, int]
     values: list  # every parameter's value in order (constexprs included), per-call tensors as None
     slots: list[tuple[int, int]]  # (position in values, index into the call's tensors)
+    launcher: Callable = field(init=False, repr=False)  # called as launcher(*grid, stream, *middle, *values)
+    middle: tuple = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        compiled = self.compiled
+        run = compiled.run
+        launch = _c_launch(run)
+        if launch is not None:  # CudaLauncher.__call__'s own call of it, with no scratch buffers
+            self.launcher = launch
+            self.middle = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                           compiled.packed_metadata, None, None, None)
+        else:
+            self.launcher = run
+            self.middle = (compiled.function, compiled.packed_metadata, None, None, None)
 
     def __call__(self, tensors: list, stream: int) -> None:
         """Launch with the call's values: tensors or their data pointers (integers), by slot."""
         values = self.values.copy()
         for position, role in self.slots:
             values[position] = tensors[role]
-        compiled = self.compiled
-        compiled.run(self.grid[0], self.grid[1], self.grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *values)
+        grid = self.grid
+        self.launcher(grid[0], grid[1], grid[2], stream, *self.middle, *values)
 
 
 @dataclass

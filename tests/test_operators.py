@@ -227,6 +227,38 @@ def test_template_launch_puts_the_call_values_in_their_slots():
                               (3, 1, 1, 99, 1234, *prefix, 666, 7, 444, "C")]
 
 
+def _fake_cuda_launcher(global_scratch_size=0):
+    """A triton CudaLauncher with its attributes set by hand (building a real one compiles a C module)."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    launcher = object.__new__(CudaLauncher)
+    launcher.calls = []
+    launcher.launch = lambda *args: launcher.calls.append(args)
+    launcher.global_scratch_size = global_scratch_size
+    launcher.profile_scratch_size = 0
+    launcher.launch_cooperative_grid = False
+    launcher.launch_pdl = True
+    return launcher
+
+
+def test_template_launch_calls_triton_36s_c_launch_with_what_the_launcher_would_pass(monkeypatch):
+    from kernels import dispatch
+
+    monkeypatch.setattr(dispatch, "_TRITON_VERSION", (3, 6))
+    compiled = _FakeCompiled()
+    compiled.run = _fake_cuda_launcher()
+    launch = dispatch._TemplateLaunch(compiled, (3, 1, 1), [None, 7], [(0, 1)])
+    launch([111, 222], stream=99)
+    # CudaLauncher.__call__ passes (grid, stream, function, cooperative, pdl, global scratch, profile scratch, *args)
+    assert compiled.run.calls == [(3, 1, 1, 99, 1234, False, True, None, None, compiled.packed_metadata, None, None,
+                                   None, 222, 7)]
+    # scratch buffers needed, or another Triton: the launcher's own __call__
+    for version, scratch in (((3, 6), 64), ((3, 7), 0), ((3, 5), 0)):
+        monkeypatch.setattr(dispatch, "_TRITON_VERSION", version)
+        compiled.run = _fake_cuda_launcher(global_scratch_size=scratch)
+        assert dispatch._TemplateLaunch(compiled, (3, 1, 1), [None], [(0, 0)]).launcher is compiled.run
+
+
 def test_template_passes_pointers_only_where_the_kernels_read_the_callers_tensors():
     from kernels.dispatch import reads_given_tensors
     from kernels.problem import build_problem

@@ -185,6 +185,33 @@ def test_time_host_calls_counts_calls_between_syncs():
         host_cost.time_host_calls(run, sync, calls=0)
 
 
+def test_time_host_calls_warms_up_for_a_time_before_timing():
+    events, now = [], [0.0]
+
+    def run():
+        events.append("run")
+        now[0] += 0.01
+
+    times = host_cost.time_host_calls(run, lambda: events.append("sync"), calls=4, repeats=2, warmup=1,
+                                      warmup_s=0.1, clock=lambda: now[0])
+    # 1 warm-up call and its sync, then batches of 4 until 0.1 s passed (3 batches: 0.13 s), then 2 timed batches
+    assert events.count("run") == 1 + 3 * 4 + 2 * 4 and events.count("sync") == 1 + 3 + 2
+    assert times == pytest.approx([1e4, 1e4])
+    with pytest.raises(ValueError, match="warmup_s"):
+        host_cost.time_host_calls(run, lambda: None, warmup_s=-1)
+
+
+def test_trace_host_batches_reports_time_and_collections_per_batch():
+    now = [0.0]
+
+    def run():
+        now[0] += 1e-6
+
+    trace = host_cost.trace_host_batches(run, lambda: None, calls=10, batches=3, warmup=0, clock=lambda: now[0])
+    assert [round(row["t_s"], 9) for row in trace] == [0.0, 1e-5, 2e-5]
+    assert all(row["us_per_call"] == pytest.approx(1.0) and row["gc0"] >= 0 for row in trace)
+
+
 def test_count_syncs_counts_pytorch_sync_warnings_and_restores_the_mode(monkeypatch):
     mode = {"now": 0}
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
@@ -233,7 +260,7 @@ def test_call_costs_columns_once_per_provider_loss_dtype_vocab():
         made.append((tuple(logits.shape), options["variant"]))
         return CountingPlan(ran)
 
-    costs = host_cost.CallCosts(prepare, device="cpu", calls=3, repeats=2, warmup=1, count=lambda run: 7)
+    costs = host_cost.CallCosts(prepare, device="cpu", calls=3, repeats=2, warmup=1, warmup_s=0, count=lambda run: 7)
     point = SimpleNamespace(variant="plan", loss="cross_entropy", target_format="labels", dtype="bf16", vocab=40,
                             tokens=4096)
     first = costs(point, CountingPlan([]))

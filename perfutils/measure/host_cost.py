@@ -1,7 +1,8 @@
 """What a call costs the host, and how often it waits for the GPU: the columns a study adds beside the GPU time.
 
 * ``host_us_per_call``: wall-clock microseconds per call on a tiny problem of the same loss, dtype and vocab
-  (:data:`HOST_ROWS` rows): after a warm-up, ``calls`` calls back to back with no synchronization, timed until
+  (:data:`HOST_ROWS` rows): after a warm-up (20 calls, then batches for 0.2 s: from 2026-11-24 on; before, 20
+  calls only, 7 batches of 300), ``calls`` calls back to back with no synchronization, timed until
   the last call returns (the time the caller's thread spends: Python, argument checks, launches), then one
   ``torch.cuda.synchronize()`` outside the timing; the median over ``repeats`` such batches (``host_us_min``: the
   fastest batch). Until 2026-11-23 the synchronize was inside the timing, so a batch also waited for the GPU's
@@ -27,7 +28,8 @@ from typing import Any
 
 from .providers import KERNEL_ONLY
 
-__all__ = ["HOST_ROWS", "SYNC_WARNING", "CallCosts", "count_syncs", "time_host_calls", "tiny_inputs"]
+__all__ = ["HOST_ROWS", "SYNC_WARNING", "CallCosts", "count_syncs", "time_host_calls", "tiny_inputs",
+           "trace_host_batches"]
 
 HOST_ROWS = 8
 # PyTorch's message at a sync: "called a synchronizing CUDA operation". Not just "synchronizing": turning the debug
@@ -37,18 +39,27 @@ SYNC_WARNING = "called a synchronizing"
 
 
 def time_host_calls(run: Callable[[], Any], sync: Callable[[], Any], *, calls: int = 100, repeats: int = 5,
-                    warmup: int = 10, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+                    warmup: int = 10, warmup_s: float = 0.0, clock: Callable[[], float] = time.perf_counter
+                    ) -> list[float]:
     """Microseconds per call of ``calls`` back-to-back ``run()`` s until the last returns, for each of ``repeats``
-    batches, after ``warmup`` runs and a sync (first calls compile, search, allocate); each batch is followed by one
-    ``sync()`` that is not timed."""
+    batches, after ``warmup`` runs (first calls compile, search, allocate) and then batches of ``calls`` runs for at
+    least ``warmup_s`` seconds (a host core that idled while the GPU worked runs slower until its clock is up again),
+    each followed by a sync; each timed batch is followed by one ``sync()`` that is not timed."""
     for name, value in (("calls", calls), ("repeats", repeats)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"time_host_calls: {name} must be a positive int, got {value!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"time_host_calls: warmup must be a non-negative int, got {warmup!r}")
+    if isinstance(warmup_s, bool) or not isinstance(warmup_s, (int, float)) or not warmup_s >= 0:
+        raise ValueError(f"time_host_calls: warmup_s must be a non-negative number of seconds, got {warmup_s!r}")
     for _ in range(warmup):
         run()
     sync()
+    end = clock() + warmup_s
+    while clock() < end:
+        for _ in range(calls):
+            run()
+        sync()
     per_call = []
     for _ in range(repeats):
         start = clock()
@@ -57,6 +68,30 @@ def time_host_calls(run: Callable[[], Any], sync: Callable[[], Any], *, calls: i
         per_call.append((clock() - start) / calls * 1e6)
         sync()
     return per_call
+
+
+def trace_host_batches(run: Callable[[], Any], sync: Callable[[], Any], *, calls: int = 300, batches: int = 40,
+                       warmup: int = 20, clock: Callable[[], float] = time.perf_counter) -> list[dict[str, float]]:
+    """Where host µs vary (a diagnostic, not a measurement the studies record): per batch of ``calls`` runs after a
+    cold start (``warmup`` runs and a sync, no time-based warm-up), its µs per call, the seconds since the first
+    batch started and the garbage collections of each generation Python ran during it."""
+    import gc
+
+    for _ in range(warmup):
+        run()
+    sync()
+    trace, origin = [], clock()
+    for _ in range(batches):
+        before = [generation["collections"] for generation in gc.get_stats()]
+        start = clock()
+        for _ in range(calls):
+            run()
+        elapsed = clock() - start
+        after = [generation["collections"] for generation in gc.get_stats()]
+        trace.append({"t_s": start - origin, "us_per_call": elapsed / calls * 1e6,
+                      **{f"gc{index}": b - a for index, (a, b) in enumerate(zip(before, after))}})
+        sync()
+    return trace
 
 
 def count_syncs(run: Callable[[], Any]) -> int:
@@ -112,13 +147,14 @@ class CallCosts:
     counted" (None) elsewhere (tests pass fakes)."""
 
     def __init__(self, prepare: Callable[..., Any] | None = None, *, device: str = "cuda", rows: int = HOST_ROWS,
-                 calls: int = 300, repeats: int = 7, warmup: int = 20, sync: Callable[[], Any] | None = None,
+                 calls: int = 200, repeats: int = 11, warmup: int = 20, warmup_s: float = 0.2,
+                 sync: Callable[[], Any] | None = None,
                  count: Callable[[Callable[[], Any]], int | None] | None = None) -> None:
         if prepare is None:
             from .providers import prepare
         self.prepare = prepare
         self.device = device
-        self.rows, self.calls, self.repeats, self.warmup = rows, calls, repeats, warmup
+        self.rows, self.calls, self.repeats, self.warmup, self.warmup_s = rows, calls, repeats, warmup, warmup_s
         cuda = str(device).startswith("cuda")
         self.sync = sync or (_cuda_sync if cuda else (lambda: None))
         self.count = count or (count_syncs if cuda else (lambda run: None))
@@ -134,7 +170,8 @@ class CallCosts:
                                          device=self.device)
             plan = self.prepare(logits, target, loss=loss, target_format=target_format, variant=variant,
                                 block_size=None, num_warps=None)
-            times = time_host_calls(plan.run, self.sync, calls=self.calls, repeats=self.repeats, warmup=self.warmup)
+            times = time_host_calls(plan.run, self.sync, calls=self.calls, repeats=self.repeats, warmup=self.warmup,
+                                    warmup_s=self.warmup_s)
             self._host[key] = (statistics.median(times), min(times))
             del plan, logits, target
         return self._host[key]

@@ -6,7 +6,7 @@ waits. This study times, on the GPU machine's own CPU, the pieces a call can be 
 ``torch.library.custom_op`` call, a ``torch.library.Library`` operator call (with 14 arguments, as
 ``fused_loss::forward_backward``), an ``autograd.Function``, an allocation, the current-stream query; and the
 project's public calls on an 8 x 32000 problem of each loss. Each piece: wall-clock microseconds per call, the
-median of 5 batches of N calls (no synchronization inside a batch). Written to ``<out>/<gpu>/host_overhead.csv``.
+median of 5 batches of N calls (no synchronization inside a batch) after 0.2 s of warm-up calls. Written to ``<out>/<gpu>/host_overhead.csv``.
 
     python -m perfutils.measure.host_overhead --out data
 """
@@ -29,7 +29,7 @@ def wall_us(fn: Callable[[], object], calls: int = 2000, batches: int = 5) -> fl
     from .host_cost import time_host_calls
 
     return statistics.median(time_host_calls(fn, torch.cuda.synchronize, calls=calls, repeats=batches,
-                                             warmup=min(calls, 200)))
+                                             warmup=min(calls, 200), warmup_s=0.2))
 
 
 def pieces() -> list[tuple[str, str, Callable[[], object]]]:
@@ -37,7 +37,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     import torch
 
     import kernels
-    from kernels.dispatch import TEMPLATES
+    from kernels.dispatch import TEMPLATES, direct_launch
     from kernels.ops import template_key
 
     device = "cuda"
@@ -66,6 +66,12 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
          lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
                               None, *pointers)),
     ]
+    template_launch = direct_launch(launch, {id(value): index for index, value in enumerate(values)
+                                             if isinstance(value, torch.Tensor)})
+    if template_launch is not None:  # what a repeated public call runs (Triton 3.6: the launcher's C function)
+        rows.append(("triton launch", f"call template's launch, pointers as ints (via "
+                     f"{'the C launch' if template_launch.launcher is not compiled.run else 'CompiledKernel.run'})",
+                     lambda: template_launch(pointers, stream)))
 
     # (no "from __future__ import annotations" in this module: custom_op reads these annotations as types)
     @torch.library.custom_op("host_overhead_probe::noop", mutates_args=())
@@ -150,12 +156,36 @@ def measure(out: str = "data", overwrite: bool = False):
     return frame
 
 
+def trace(batches: int = 40, calls: int = 300) -> None:
+    """Print, per batch, the µs per call of each loss's public call on 8 x 32000 from a cold start (no time-based
+    warm-up), with the garbage collections run during the batch: whether host µs drift, spike or settle."""
+    import torch
+
+    import kernels
+    from .host_cost import trace_host_batches
+
+    x = torch.randn(8, 32000, device="cuda").bfloat16()
+    t = torch.randn(8, 32000, device="cuda").bfloat16()
+    labels = torch.randint(0, 32000, (8,), device="cuda")
+    for loss, fmt in LOSS_FORMATS:
+        target = labels if fmt == "labels" else t
+        rows = trace_host_batches(lambda: kernels.entropy_loss_forward_backward(x, target, loss=loss, target_format=fmt),
+                                  torch.cuda.synchronize, calls=calls, batches=batches)
+        print(f"trace {loss}/{fmt}: " + " ".join(f"{row['us_per_call']:.1f}" + ("*" if row["gc2"] else "")
+                                                 for row in rows), flush=True)
+    print("(µs per call per batch of", calls, "calls; * = a full garbage collection ran in the batch)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.measure.host_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--trace", action="store_true", help="print per-batch host µs of the public calls; write nothing")
     args = parser.parse_args(argv)
-    measure(args.out, args.overwrite)
+    if args.trace:
+        trace()
+    else:
+        measure(args.out, args.overwrite)
     return 0
 
 

@@ -314,10 +314,15 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
     def keep(n_tokens, vocab, loss, target_format, variant):
         return fits(stage.group, n_tokens, vocab, loss, target_format, stage.dtype)
 
+    host = extra if isinstance(extra, CallCosts) else None
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
                   "host_cost": {"rows": HOST_ROWS,
-                                "note": f"host_us_per_call on {HOST_ROWS} rows, timed until the last call returns "
-                                        "(the sync after a batch not timed); syncs_per_call at the shape"}}
+                                **({"calls": host.calls, "repeats": host.repeats, "warmup_calls": host.warmup,
+                                    "warmup_s": host.warmup_s} if host else {}),
+                                "note": f"host_us_per_call on {HOST_ROWS} rows: median over batches of calls timed "
+                                        "until the last call returns (the sync after a batch not timed), after a "
+                                        "warm-up of calls and then batches for warmup_s; syncs_per_call at the "
+                                        "shape"}}
     return run_cases(stage.study, [(p, None, None) for p in stage.providers], losses=list(stage.losses),
                      vocabs=list(stage.vocabs), tokens=[stage.tokens], dtype=stage.dtype, out=out, log=log,
                      parameters=parameters, measurer=measurer, extra=extra, deadline=deadline, keep=keep,
@@ -378,7 +383,7 @@ def cpu_dry_run(out: str, *, tokens: int = 8, vocab: int = 300, losses=LOSSES, c
     spec = load_config(dict(study=STUDY, out=str(out), loss=losses[0][0], target_format=losses[0][1], variant="auto",
                             dtype="bf16", tokens=tokens, vocab=vocab, check_rows=tokens))
     backend = TimingBackend.dry_run()
-    extra = CallCosts(device="cpu", calls=calls, repeats=1, warmup=1)
+    extra = CallCosts(device="cpu", calls=calls, repeats=1, warmup=1, warmup_s=0)
     measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=backend, copy_gbps=1.0, log=log,
                            extra=extra)
     return run_stage(stage, out=out, measurer=measurer, extra=extra, log=log)
