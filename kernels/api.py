@@ -81,8 +81,11 @@ def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ig
     if loss_mask is not None and not isinstance(loss_mask, torch.Tensor):
         raise TypeError(f"loss_mask must be a bool torch.Tensor or None, got {type(loss_mask).__name__}")
     # each value beside its type: equal values of other types (-100.0, True for 1) must be checked, not looked up
-    key = (tuple((value, type(value)) for value in (variant, block_size, num_warps, ignore_index, validate))
-           + tuple((name, value, type(value)) for name, value in variant_options.items()))
+    # (a flat tuple, no generator: this runs on every call)
+    key = (variant, block_size, num_warps, ignore_index, validate, type(variant), type(block_size), type(num_warps),
+           type(ignore_index), type(validate))
+    if variant_options:
+        key += tuple((name, value, type(value)) for name, value in variant_options.items())
     try:
         return _CHECKED_OPTIONS[key]
     except (KeyError, TypeError):  # TypeError: an unhashable option value, checked below
@@ -115,6 +118,8 @@ def _no_tp_design(tp_design) -> None:
 
 
 def _grad_output_args(grad_output) -> tuple[float, torch.Tensor | None, bool]:
+    if type(grad_output) is float:  # the default, first
+        return grad_output, None, True
     if grad_output is None:
         return 0.0, None, False
     if isinstance(grad_output, torch.Tensor):

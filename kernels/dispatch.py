@@ -141,6 +141,12 @@ class CallTemplate:
     workspace_fills: tuple = ()
     workspaces: dict = field(default_factory=dict)  # raw stream handle -> workspace
     lock: threading.Lock = field(default_factory=threading.Lock)
+    loss_like: torch.Tensor = field(init=False, repr=False)  # empty tensors of the loss's and the gradient's dtype
+    grad_like: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.loss_like = torch.empty(0, dtype=torch.float32, device=self.device)
+        self.grad_like = torch.empty(0, dtype=self.grad_dtype, device=self.device)
 
     def run(self, logits: torch.Tensor, target: torch.Tensor, loss_mask, grad_output_tensor, grad_output_value: float
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -149,13 +155,13 @@ class CallTemplate:
         tensors = ((logits, target, target, loss_mask, grad_output_tensor) if self.passthrough
                    else call_tensors(logits, target, self.target_format, loss_mask, grad_output_tensor))
         pointers = [t.data_ptr() if t is not None else None for t in tensors]
-        device = self.device
-        stream = torch._C._cuda_getCurrentRawStream(device.index)
-        loss = torch.empty((), dtype=torch.float32, device=device)
+        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        # new_empty of a kept tensor: the dtype and device come with it, fewer arguments to parse than torch.empty
+        loss = self.loss_like.new_empty(())
         # allocated in the caller's shape: the kernels write it as contiguous (rows, n_cols), the same layout
-        grad = torch.empty(self.out_shape, dtype=self.grad_dtype, device=device) if self.has_grad else None
+        grad = self.grad_like.new_empty(self.out_shape) if self.has_grad else None
         with self.lock:
-            if torch.cuda.is_current_stream_capturing():
+            if torch._C._cuda_isCurrentStreamCapturing():
                 workspace = self.new_workspace()
             else:
                 workspace = self.workspaces.get(stream)

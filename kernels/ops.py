@@ -159,8 +159,10 @@ def _no_python_modes() -> bool:
 def plain_eager(*tensors) -> bool:
     """No torch.compile trace, no dispatch or function mode, no tensor subclass: the operators' implementations may
     be called directly (kernels.vocab_parallel takes the same shortcut to its operator)."""
-    return (all(t is None or type(t) is torch.Tensor for t in tensors) and not torch.compiler.is_compiling()
-            and _no_python_modes())
+    for tensor in tensors:  # a loop, not all(generator): this runs on every call
+        if tensor is not None and type(tensor) is not torch.Tensor:
+            return False
+    return not torch.compiler.is_compiling() and _no_python_modes()
 
 
 def call_scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:

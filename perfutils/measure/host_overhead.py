@@ -53,7 +53,8 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     launch = plan.launches[0]
     plan.run()
     compiled = launch.compiled
-    values = [{**launch.args, **launch.constexprs}[name] for name in launch.fn.arg_names]
+    given = {**launch.args, **launch.constexprs}
+    values = [given.get(name) for name in launch.fn.arg_names]  # a constexpr left at its default: ignored
     pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in values]
     stream = torch.cuda.current_stream().cuda_stream
     rows += [
