@@ -432,3 +432,20 @@ def tile_gradient(e_x, q_factor, e_t, p_factor, d2, cols, label, lse_diff2, kl, 
     else:
         grad = q - e_t * p_factor
     return grad
+
+
+@triton.jit
+def slot_and_chunk(NUM_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr):
+    """This program's row slot and chunk: pid // NUM_CHUNKS, pid % NUM_CHUNKS (CHUNKS_POW2: a power of two >=
+    NUM_CHUNKS), for kernels whose programs each take one chunk of a row.
+
+    The mask is a no-op (chunk < NUM_CHUNKS <= CHUNKS_POW2) that must reach the PTX: ptxas (Triton 3.6, sm_90) keeps
+    the program id and everything derived from it (rows, row pointers) in uniform registers only when it can see
+    that chunk is small. With a plain pid % NUM_CHUNKS (a multiply-high and a subtraction unless NUM_CHUNKS is a
+    power of two) it moved them all to per-thread registers: the lagged kernel took 128 registers instead of 80
+    (labels CE, 13 chunks of 4096 columns, 4 warps). LLVM drops the mask of pid % NUM_CHUNKS (it knows the bound)
+    but keeps that of pid - slot * NUM_CHUNKS."""
+    pid = tl.program_id(0)
+    slot = pid // NUM_CHUNKS
+    chunk = (pid - slot * NUM_CHUNKS) & (CHUNKS_POW2 - 1)
+    return slot, chunk

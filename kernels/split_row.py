@@ -42,6 +42,7 @@ from .row_math import (
     combine_statistics,
     load_edge,
     row_peel,
+    slot_and_chunk,
     combine_partials,
     gradient_from_summary,
     label_logit,
@@ -103,9 +104,7 @@ def split_row_kernel(
     CHUNKS_POW2: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    slot = pid // NUM_CHUNKS
-    chunk = pid % NUM_CHUNKS
+    slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
     cols = tl.arange(0, BLOCK_SIZE)
     in_row = cols < n_cols - start
@@ -191,9 +190,7 @@ def split_row_cooperative_kernel(
     (Loading the next row's chunk before this row's exchange was measured on the H100 and did not
     pay: it raised registers per thread and cut the programs that fit; see the notes in README.)
     """
-    pid = tl.program_id(0)
-    slot = pid // NUM_CHUNKS
-    chunk = pid % NUM_CHUNKS
+    slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
     cols = tl.arange(0, BLOCK_SIZE)
     in_row = cols < n_cols - start
@@ -286,9 +283,7 @@ def split_row_lagged_kernel(
     holds its final value. The summaries live in two halves that alternate between calls: each call
     re-empties its own words of the half the next call polls (no refill launch).
     """
-    pid = tl.program_id(0)
-    slot = pid // NUM_CHUNKS
-    chunk = pid % NUM_CHUNKS
+    slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
     cols = tl.arange(0, BLOCK_SIZE)
     lanes = tl.arange(0, CHUNKS_POW2)

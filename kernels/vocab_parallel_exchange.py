@@ -44,6 +44,7 @@ from .row_math import (
     row_loss,
     row_losses_ptr,
     row_validity,
+    slot_and_chunk,
     tile_statistics,
 )
 from .vocab_parallel_gather import combine_summaries, owned_label_logit
@@ -152,9 +153,7 @@ def exchange_kernel(
     POLL_FIRST: tl.constexpr,  # poll before issuing the step's reads (fewer registers) or with them in flight
     TIMER: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    slot = pid // NUM_CHUNKS
-    chunk = pid % NUM_CHUNKS
+    slot, chunk = slot_and_chunk(NUM_CHUNKS, LANES_POW2)  # LANES_POW2 >= TP * NUM_CHUNKS >= NUM_CHUNKS
     start = chunk.to(tl.int64) * BLOCK_SIZE
     cols = tl.arange(0, BLOCK_SIZE)
     width = n_cols - start
@@ -169,7 +168,7 @@ def exchange_kernel(
     epoch = tl.load(state_ptr) + 1
     half = (epoch & 1).to(tl.int64) * half_words
     own = tl.load(peers_ptr + rank).to(tl.pointer_type(tl.int64)) + half
-    gave_up = pid < 0  # a run-time false: set at the first timeout, after which this program waits no more
+    gave_up = slot < 0  # a run-time false: set at the first timeout, after which this program waits no more
 
     behind = LAG * n_slots  # rows between the one read from DRAM and the one finished
     row = slot.to(tl.int64)

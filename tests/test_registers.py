@@ -359,3 +359,36 @@ def test_effective_registers():
         register_estimate.effective_registers(0, 0)
     with pytest.raises(ValueError, match="stack_bytes"):
         register_estimate.effective_registers(32, -4)
+
+
+def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int = 3, rows: int = 64):
+    """The lagged split_row kernel's launch for ``num_chunks`` chunks of 4096 columns (the CPU plans the multi-launch
+    form: its constexprs plus the lagged kernel's own make the launch a GPU would run)."""
+    import kernels
+    from kernels import split_row
+    from kernels.launch import Launch
+    from kernels.problem import build_problem
+
+    n_cols = (num_chunks - 1) * 4096 + 1152  # rows 16-byte aligned: no peeled head and tail
+    logits = torch.zeros(rows, n_cols, dtype=torch.bfloat16)
+    target = (torch.zeros(rows, dtype=torch.int64) if target_format == "labels"
+              else torch.zeros(rows, n_cols, dtype=torch.bfloat16))
+    plan = kernels.prepare(logits, target, loss=loss, target_format=target_format, variant="split_row",
+                           block_size=4096, num_warps=4, cooperative=False)
+    stats = plan.launches[0]
+    constexprs = {name: value for name, value in stats.constexprs.items() if name != "PHASE"}
+    assert constexprs["NUM_CHUNKS"] == num_chunks
+    constexprs.update(POLL_FIRST=target_format == "labels",
+                      **build_problem(logits, target, loss=loss, target_format=target_format, grad_output=None,
+                                      ignore_index=-100, loss_mask=None).peel_constexprs())
+    return Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots * num_chunks,),
+                  dict(stats.args, n_slots=n_slots), constexprs, num_warps=4)
+
+
+@pytest.mark.parametrize("num_chunks", [13, 16])
+def test_lagged_labels_kernel_keeps_80_registers_at_any_chunk_count(num_chunks):
+    """ptxas (sm_90) put the program id and the row state in per-thread registers, 128 instead of 80, whenever it could
+    not see that a program's chunk index is small (NUM_CHUNKS not a power of two): ``split_row.slot_and_chunk``'s mask
+    shows it. If a Triton/LLVM drops that mask, this fails at 13 chunks."""
+    result = offline_compile.compile_launch(_lagged_launch("cross_entropy", "labels", num_chunks), with_sass=False)
+    assert result.n_regs <= 80 and not result.spills
