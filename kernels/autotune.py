@@ -7,9 +7,10 @@ right at 65536 columns). So the first call of a *shape class* (loss, target form
 rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
 tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel
 at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K; then the two fastest lagged
-kernels again under register caps that fit one or two more programs per SM), keeps the fastest, and
-writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU model and
-Triton version. Later calls, and later processes, read the choice: one dictionary lookup, no timing, no sync.
+kernels again under register caps: their own count, and caps that fit one or two more programs per SM), keeps the
+fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU
+model, Triton version and version of the kernels' code (:func:`code_stamp`). Later calls, and later processes, read
+the choice: one dictionary lookup, no timing, no sync.
 
 The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
 milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
@@ -18,6 +19,7 @@ under the interpreter or with ``FUSED_LOSS_AUTOTUNE=0``: those calls take the ta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -40,13 +42,32 @@ def enabled() -> bool:
     return os.environ.get("FUSED_LOSS_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+# The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
+# not read (a changed kernel can change which candidate is fastest).
+_SEARCH_SOURCES = ("autotune.py", "fused.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py")
+
+
+def code_stamp() -> str:
+    """A short hash of :data:`_SEARCH_SOURCES` (computed once): part of the cache file's name."""
+    global _CODE_STAMP
+    if _CODE_STAMP is None:
+        digest = hashlib.sha1()
+        for name in _SEARCH_SOURCES:
+            digest.update((Path(__file__).parent / name).read_bytes())
+        _CODE_STAMP = digest.hexdigest()[:12]
+    return _CODE_STAMP
+
+
+_CODE_STAMP: str | None = None
+
+
 def cache_file(gpu_name: str) -> Path:
     import triton
 
     from perfutils.measure.schema import gpu_slug
 
     root = Path(os.environ.get("FUSED_LOSS_CACHE_DIR") or Path.home() / ".cache" / "fused-loss-kernels")
-    return root / gpu_slug(gpu_name) / f"triton-{triton.__version__}.json"
+    return root / gpu_slug(gpu_name) / f"triton-{triton.__version__}-code-{code_stamp()}.json"
 
 
 def shape_class(problem: Problem) -> str:
@@ -167,11 +188,15 @@ def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: 
 
 
 def capped_registers(compiled) -> list[int]:
-    """maxnreg values for a launched kernel that would fit one or two more of its programs per SM ([] when
-    registers do not limit it, or its counts cannot be read)."""
+    """maxnreg values to time a launched kernel under again: its own register count (an explicit cap at the count
+    ptxas chose anyway ran 2-4% faster on the H100: lagged labels CE at 80 registers, 4096 x 49152-65536,
+    ``data/h100-sxm-80gb/logs/ab_register_cap_2026-11-23.txt``), then the caps that fit one and two more programs
+    per SM ([] when its counts cannot be read)."""
     try:
         from perfutils.model.occupancy import register_caps_of_compiled
 
-        return [cap for cap, _blocks in register_caps_of_compiled(compiled)]
+        more = [cap for cap, _blocks in register_caps_of_compiled(compiled)]
     except Exception:  # noqa: BLE001 - perfutils missing, another Triton's kernel object: no twins, no harm
         return []
+    own = getattr(compiled, "n_regs", None)
+    return ([own] if isinstance(own, int) and own > 0 and own not in more else []) + more

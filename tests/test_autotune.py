@@ -89,8 +89,22 @@ def test_capped_registers_reads_a_launched_kernel():
     """Caps that fit one and two more programs per SM (sm_90, 4 warps, no shared memory: 128 registers fit 4
     blocks, 96 fit 5, 80 fit 6); nothing for a kernel whose counts cannot be read."""
     kernel = type("Compiled", (), {"n_regs": 128, "metadata": type("Meta", (), {"shared": 0, "num_warps": 4})()})()
-    assert autotune.capped_registers(kernel) == [96, 80]
+    assert autotune.capped_registers(kernel) == [128, 96, 80]  # its own count first
+    kernel.n_regs = 80  # 6 blocks; 72 fits 7, 64 fits 8
+    assert autotune.capped_registers(kernel) == [80, 72, 64]
     assert autotune.capped_registers(object()) == []
+
+
+def test_cache_file_names_the_triton_version_and_the_kernels_code(monkeypatch, tmp_path):
+    import triton
+
+    monkeypatch.setenv("FUSED_LOSS_CACHE_DIR", str(tmp_path))
+    path = autotune.cache_file("NVIDIA H100 80GB HBM3")
+    stamp = autotune.code_stamp()
+    assert path.parent == tmp_path / "h100-sxm-80gb"
+    assert path.name == f"triton-{triton.__version__}-code-{stamp}.json" and len(stamp) == 12
+    monkeypatch.setattr(autotune, "_CODE_STAMP", None)
+    assert autotune.code_stamp() == stamp  # a hash of the sources: the same code, the same name
 
 
 def test_disk_cache_merges_entries_atomically(tmp_path):
