@@ -190,8 +190,8 @@ def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: 
 def capped_registers(compiled) -> list[int]:
     """maxnreg values to time a launched kernel under again: its own register count (an explicit cap at the count
     ptxas chose anyway ran 2-4% faster on the H100: lagged labels CE at 80 registers, 4096 x 49152-65536,
-    ``data/h100-sxm-80gb/logs/ab_register_cap_2026-11-23.txt``), then the caps that fit one and two more programs
-    per SM ([] when its counts cannot be read)."""
+    ``scripts/ab_register_cap.py``, ``data/h100-sxm-80gb/logs/ab_register_cap_2026-11-23.txt``), then the caps that
+    fit one and two more programs per SM ([] when its counts cannot be read)."""
     try:
         from perfutils.model.occupancy import register_caps_of_compiled
 
