@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import TEMPLATES, call_key, can_launch_directly, direct_launch, make_template
+from .dispatch import TEMPLATES, TemplateCache, call_key, can_launch_directly, direct_launch, make_template
 from .launch import Launch
 from .planning import plan_problem
 from .problem import build_problem
@@ -106,7 +106,8 @@ def scale_gradient_kernel(grad_ptr, scale_ptr, n_elements, BLOCK_SIZE: tl.conste
 
 SCALE_BLOCK = 4096
 SCALE_PROGRAMS_PER_SM = 4
-_SCALE_LAUNCHES: dict[tuple, object] = {}  # (numel, dtypes, device, alignment) -> direct launch
+# (numel, dtypes, device, alignment) -> direct launch; least recently used out (token counts that vary per step)
+_SCALE_LAUNCHES = TemplateCache()
 
 
 def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -117,7 +118,7 @@ def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
     scale = scale.reshape(())
     key = (grad.numel(), grad.dtype, grad.device, grad.data_ptr() % 16 == 0, scale.dtype, scale.device,
            scale.data_ptr() % 16 == 0)
-    direct = _SCALE_LAUNCHES.get(key)
+    direct = _SCALE_LAUNCHES.get(key, None)
     if direct is not None:
         direct([grad, scale], torch._C._cuda_getCurrentRawStream(grad.device.index))
         return
@@ -128,7 +129,7 @@ def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
                     num_warps=4)
     launch()
     if can_launch_directly(grad.device):
-        _SCALE_LAUNCHES[key] = direct_launch(launch, {id(grad): 0, id(scale): 1})
+        _SCALE_LAUNCHES.put(key, direct_launch(launch, {id(grad): 0, id(scale): 1}))
 
 
 _LIBRARY.impl("scale_gradient_", _scale_gradient_, "CUDA")
