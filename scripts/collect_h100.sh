@@ -53,8 +53,21 @@ PY
   ptxas-torch)  # the same kernels built by torch's ptxas (what torch.compile switches a process to)
     TRITON_PTXAS_PATH="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')" \
       python3 -m perfutils sweep --config notebooks/params/ptxas_torch_spot.yaml ;;
-  gpu-tests) python3 -m pytest tests/test_gpu_kernels.py tests/test_gpu_operators.py tests/test_gpu_vocab_sweep.py \
-    -q -s -rs -p no:cacheprovider ;;
+  gpu-tests)  # GPU_TEST_SHARDS pytest processes side by side (default 8): a cold machine spends the suite compiling
+    # (CPU-bound, 16 cores) and the tests time nothing; one process at a time takes > 500 s cold, 8 take ~2 minutes.
+    # Each shard has its own tuning cache (no two processes writing one file); ${OUT:-/tmp}/gpu_tests_shard_*.txt
+    shards="${GPU_TEST_SHARDS:-8}" logs="${OUT:-/tmp}"
+    python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_gpu_kernels.py tests/test_gpu_operators.py \
+      tests/test_gpu_vocab_sweep.py 2>/dev/null | grep '::' > /tmp/gpu_test_ids
+    for s in $(seq 0 $((shards - 1))); do
+      awk -v s="$s" -v n="$shards" 'NR % n == s' /tmp/gpu_test_ids > "/tmp/gpu_test_ids_$s"
+      FUSED_LOSS_CACHE_DIR="/tmp/gpu_tests_tune_$s" python3 -m pytest -q -rs -p no:cacheprovider \
+        $(cat "/tmp/gpu_test_ids_$s") > "$logs/gpu_tests_shard_$s.txt" 2>&1 &
+    done
+    failed=0
+    for job in $(jobs -p); do wait "$job" || failed=1; done
+    tail -n 3 "$logs"/gpu_tests_shard_*.txt
+    exit "$failed" ;;
   host-overhead) python3 -m perfutils.measure.host_overhead --out data ;;  # host_overhead.csv: each piece of a call
   occupancy) python3 -m perfutils.measure.occupancy_check --out data ;;
   tuning-table) python3 -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
