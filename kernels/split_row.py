@@ -131,9 +131,9 @@ def split_row_kernel(
             if PHASE == PHASE_STATS:
                 x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
                 m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
-                store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
+                store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc, LOSS)
             if PHASE == PHASE_GRAD:
-                all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used)
+                all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used, LOSS)
                 big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                     all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
                 )
@@ -211,12 +211,12 @@ def split_row_cooperative_kernel(
         if valid:
             x2, t2 = load_tiles(x_row + start, target_ptr + row * target_stride + start, cols, n_cols - start, LOSS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
-            store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
+            store_partials(partials + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc, LOSS)
             # Release our summary, then wait (acquire) until every chunk of the row has arrived.
             arrived = tl.atomic_add(counters_ptr + row, 1, sem="acq_rel") + 1
             while arrived < NUM_CHUNKS:
                 arrived = tl.atomic_add(counters_ptr + row, 0, sem="acquire")
-            all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used)
+            all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(partials, NUM_CHUNKS, lanes, lane_used, LOSS)
             big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                 all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
             )
@@ -266,6 +266,7 @@ def split_row_lagged_kernel(
     POLL_FIRST: tl.constexpr,  # poll the summaries before issuing the reads (fewer registers, see plan_split_row)
     PEEL: tl.constexpr = False,  # rows not 16-byte aligned: chunks cover the 16-byte body; the last chunk also
     VEC: tl.constexpr = 8,  # the head and tail columns (row_math.row_peel); VEC elements per 16 bytes
+    PREFETCH: tl.constexpr = False,  # issue the next step's DRAM reads before this step's math (see below)
 ):
     """The one-DRAM-read form with the exchange taken off the critical path (same arguments as
     split_row_kernel, no PHASE). Persistent: program (slot, chunk) walks rows slot, slot + n_slots, ...
@@ -282,6 +283,11 @@ def split_row_lagged_kernel(
     (volatile: from L2) until none is empty. Each word is written once, so a word that is not empty
     holds its final value. The summaries live in two halves that alternate between calls: each call
     re-empties its own words of the half the next call polls (no refill launch).
+
+    PREFETCH: a program's DRAM reads are otherwise idle while it does a step's math (the next step's reads are issued
+    only when it is done), which a plain streaming kernel of the same bytes never is. With PREFETCH the chunk of step
+    k + 1 is requested at the start of step k and arrives while step k summarises its own chunk (already in
+    registers) and finishes the old row: one more tile in registers, reads always in flight.
     """
     slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
@@ -302,6 +308,9 @@ def split_row_lagged_kernel(
     row = slot.to(tl.int64)
     cur_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(row, n_rows - 1), ignore_index, LOSS, HAS_MASK)
     cur_valid = cur_valid & (row < n_rows)
+    if PREFETCH:  # the first step's chunk
+        x_next, t_next = load_chunk(logits_ptr, target_ptr, tl.minimum(row, n_rows - 1), cur_valid, start, cols,
+                                    n_cols, logits_stride, target_stride, LOSS, PEEL, VEC)
     for row in range(slot.to(tl.int64), n_rows + behind, n_slots):
         # Validity of the next step's row, loaded a step ahead (it decides whether that row is read).
         # (Only the flag is carried: Triton 3.6 dropped a carried label, see the README's notes.)
@@ -317,14 +326,22 @@ def split_row_lagged_kernel(
 
         if POLL_FIRST:
             all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
-                                                                              lane_used)
+                                                                              lane_used, LOSS)
         # This row's chunk (DRAM; kept in L2 for its second read), the old row's chunk (L2, last use).
         # Chunks cover each row's 16-byte body (the whole row without PEEL).
         head_cur, body_cur = row_peel(cur * logits_stride, n_cols, PEEL, VEC)
         head_old, body_old = row_peel(old * logits_stride, n_cols, PEEL, VEC)
-        x_cur, t_cur = load_raw_tiles(logits_ptr + body_offset(cur * logits_stride, head_cur, PEEL, VEC) + start,
-                                      target_ptr + body_offset(cur * target_stride, head_cur, PEEL, VEC) + start,
-                                      cols, tl.where(cur_valid, body_cur - start, 0), LOSS, "evict_last")
+        if PREFETCH:  # this step's chunk arrived during the last step; request the next step's
+            x_cur, t_cur = x_next, t_next
+            x_next, t_next = load_chunk(logits_ptr, target_ptr, tl.minimum(nxt, n_rows - 1), nxt_valid, start, cols,
+                                        n_cols, logits_stride, target_stride, LOSS, PEEL, VEC)
+            if cur_valid:  # summarise while the old row's chunk comes from L2
+                summarise_chunk(x_cur, t_cur, logits_ptr, target_ptr, partials_ptr, cur, head_cur, body_cur, chunk,
+                                n_cols, logits_stride, target_stride, LOSS, NUM_CHUNKS, PEEL, VEC)
+        else:
+            x_cur, t_cur = load_raw_tiles(logits_ptr + body_offset(cur * logits_stride, head_cur, PEEL, VEC) + start,
+                                          target_ptr + body_offset(cur * target_stride, head_cur, PEEL, VEC) + start,
+                                          cols, tl.where(cur_valid, body_cur - start, 0), LOSS, "evict_last")
         x_old_row = logits_ptr + old * logits_stride
         old_width = tl.where(old_valid, body_old - start, 0)
         if not COMPUTE_GRAD:
@@ -337,7 +354,7 @@ def split_row_lagged_kernel(
         x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), n_cols, LOSS)
         if not POLL_FIRST:  # poll with every read in flight
             all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries, old_valid, NUM_CHUNKS, lanes,
-                                                                              lane_used)
+                                                                              lane_used, LOSS)
 
         if old_valid:
             big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
@@ -371,43 +388,64 @@ def split_row_lagged_kernel(
                     tl.store(grad_ptr + old * n_cols + ecols, tl.zeros([2 * VEC], dtype=grad_ptr.dtype.element_ty),
                              mask=(ecols < n_cols) & (chunk == NUM_CHUNKS - 1))
 
-        if cur_valid:  # summarise this row's chunk and publish (plain stores: see EMPTY_BITS)
-            m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(base2(x_cur), base2(t_cur), LOSS)
-            if PEEL:
-                if chunk == NUM_CHUNKS - 1:  # the last chunk's summary also covers the row's head and tail columns
-                    ex2, et2, _ecols, _evalid = load_edge(logits_ptr + cur * logits_stride, target_ptr + cur * target_stride,
-                                                          head_cur, body_cur, n_cols, LOSS, VEC)
-                    em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
-                    m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t,
-                                                                 eacc, LOSS)
-            store_partials(partials_ptr + cur * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc)
+        if not PREFETCH:
+            if cur_valid:
+                summarise_chunk(x_cur, t_cur, logits_ptr, target_ptr, partials_ptr, cur, head_cur, body_cur, chunk,
+                                n_cols, logits_stride, target_stride, LOSS, NUM_CHUNKS, PEEL, VEC)
         cur_valid = nxt_valid
     # This program's words of the other half back to EMPTY_BITS for the next call (after the loop: in it, the
     # stores cost the lagged kernel registers).
-    empty_summaries(ws_ptr + partials_offset + (1 - parity) * half_words, slot, chunk, n_rows, n_slots, NUM_CHUNKS)
+    empty_summaries(ws_ptr + partials_offset + (1 - parity) * half_words, slot, chunk, n_rows, n_slots, NUM_CHUNKS,
+                    2 if LOSS == CE_LABELS else N_PARTIALS)
     finish_program(ws_ptr, loss_ptr, n_rows)
 
 
+@triton.jit
+def load_chunk(logits_ptr, target_ptr, row, valid, start, cols, n_cols, logits_stride, target_stride,
+               LOSS: tl.constexpr, PEEL: tl.constexpr, VEC: tl.constexpr):
+    """A program's chunk of ``row`` (nothing read when not ``valid``), kept in L2 for its second read."""
+    head, body = row_peel(row * logits_stride, n_cols, PEEL, VEC)
+    return load_raw_tiles(logits_ptr + body_offset(row * logits_stride, head, PEEL, VEC) + start,
+                          target_ptr + body_offset(row * target_stride, head, PEEL, VEC) + start,
+                          cols, tl.where(valid, body - start, 0), LOSS, "evict_last")
+
+
+@triton.jit
+def summarise_chunk(x, t, logits_ptr, target_ptr, partials_ptr, row, head, body, chunk, n_cols, logits_stride,
+                    target_stride, LOSS: tl.constexpr, NUM_CHUNKS: tl.constexpr, PEEL: tl.constexpr,
+                    VEC: tl.constexpr):
+    """Summarise a row's chunk and publish it (plain stores: see EMPTY_BITS); with PEEL the last chunk's summary also
+    covers the row's head and tail columns."""
+    m_x, s_x, m_t, s_t, acc, _e_x, _e_t = tile_statistics(base2(x), base2(t), LOSS)
+    if PEEL:
+        if chunk == NUM_CHUNKS - 1:
+            ex2, et2, _ecols, _evalid = load_edge(logits_ptr + row * logits_stride, target_ptr + row * target_stride,
+                                                  head, body, n_cols, LOSS, VEC)
+            em_x, es_x, em_t, es_t, eacc, _edge_e_x, _edge_e_t = tile_statistics(ex2, et2, LOSS)
+            m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t, eacc, LOSS)
+    store_partials(partials_ptr + row * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc, LOSS)
+
+
 @triton.jit(noinline=True)
-def empty_summaries(half_ptr, slot, chunk, n_rows, n_slots, NUM_CHUNKS: tl.constexpr):
+def empty_summaries(half_ptr, slot, chunk, n_rows, n_slots, NUM_CHUNKS: tl.constexpr, WORDS: tl.constexpr):
     """Set the summary words program (slot, chunk) publishes (its chunk of rows slot, slot + n_slots, ...) to
-    EMPTY_BITS in one half of the lagged exchange."""
+    EMPTY_BITS in one half of the lagged exchange: the first WORDS of each summary (the others are never written)."""
     steps = tl.arange(0, EMPTY_BLOCK).to(tl.int64)
     empty = tl.full([EMPTY_BLOCK], EMPTY_BITS, dtype=tl.int32).to(tl.float32, bitcast=True)
     for first in range(slot.to(tl.int64), n_rows, n_slots * EMPTY_BLOCK):
         rows = first + steps * n_slots
         words = half_ptr + rows * (N_PARTIALS * NUM_CHUNKS) + chunk
-        for k in tl.static_range(N_PARTIALS):
+        for k in tl.static_range(WORDS):
             tl.store(words + k * NUM_CHUNKS, empty, mask=rows < n_rows)
 
 
 @triton.jit
-def wait_for_summaries(summaries, valid, NUM_CHUNKS: tl.constexpr, lanes, lane_used):
+def wait_for_summaries(summaries, valid, NUM_CHUNKS: tl.constexpr, lanes, lane_used, LOSS: tl.constexpr):
     """A row's chunk summaries, polled until every one has been written (not polled for a skipped row)."""
-    m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used)
+    m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used, LOSS)
     if valid:
         while summaries_missing(m_x, s_x, m_t, s_t, acc, lane_used):
-            m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used)
+            m_x, s_x, m_t, s_t, acc = load_partials(summaries, NUM_CHUNKS, lanes, lane_used, LOSS)
     return m_x, s_x, m_t, s_t, acc
 
 
@@ -498,6 +536,7 @@ def plan_split_row(
     schedule: str = "lagged",
     maxnreg: int | None = None,
     keep_last: bool = False,
+    prefetch: bool = False,
 ) -> Plan:
     """Plan the split-row variant.
 
@@ -513,6 +552,8 @@ def plan_split_row(
     fit per SM, which the H100 sweep found slower at every cap tried (split_row_register_caps.csv).
     keep_last: with split=False, a program keeps its row's last chunk in registers from the first walk to the
     second (see kernels.fused.plan_fused); no effect on split rows.
+    prefetch: the lagged kernel requests each step's chunk one step early (``PREFETCH`` of split_row_lagged_kernel);
+    only with the lagged schedule.
     """
     default_block, default_warps = default_split_row_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
@@ -528,6 +569,11 @@ def plan_split_row(
                          "nothing to exchange")
     maxnreg = check_maxnreg(maxnreg)
     keep_last = check_keep_last(keep_last)
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
+    if prefetch and (schedule != "lagged" or not split or cooperative is False):
+        raise ValueError("prefetch=True is an option of the lagged cooperative kernel: it needs split=True, "
+                         "schedule='lagged' and cooperative not False")
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
 
@@ -566,6 +612,8 @@ def plan_split_row(
             # labels CE's registers down; the target-distribution losses gain from polling last.
             fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value,
                                                               **problem.peel_constexprs()}
+            if prefetch:  # only when asked: the default launch keeps its constexprs (and its compiled kernel)
+                kernel_constexprs["PREFETCH"] = True
         return Launch(
             name=name,
             fn=fn,
@@ -598,7 +646,7 @@ def plan_split_row(
                 "split_row",
                 [coop],
                 finisher(problem, loss, grad),
-                {**config, "mode": "cooperative", "schedule": schedule,
+                {**config, "mode": "cooperative", "schedule": schedule, **({"prefetch": True} if prefetch else {}),
                  "programs": n_slots * num_chunks, "resident_programs": resident},
                 reset=counters.zero_ if schedule == "wait" else None,
                 buffers=buffers,

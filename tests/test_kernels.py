@@ -330,6 +330,21 @@ def test_split_row_option_errors(gen, oracle):
     for bad in (8, 300, 96.0, True):
         with pytest.raises(ValueError, match="maxnreg must be None or an int in \\[16, 255\\]"):
             kernels.prepare(logits, labels, variant="split_row", block_size=32, maxnreg=bad)
+    with pytest.raises(TypeError, match="prefetch must be True or False"):
+        kernels.prepare(logits, labels, variant="split_row", block_size=32, prefetch=1)
+    for options in ({"schedule": "wait"}, {"split": False}, {"cooperative": False}):
+        with pytest.raises(ValueError, match="prefetch=True is an option of the lagged cooperative kernel"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, prefetch=True, **options)
+
+
+def test_split_row_prefetch_plans_the_same_math(gen, oracle):
+    """prefetch=True changes only when the lagged kernel issues its reads: where no cooperative grid runs (the
+    interpreter) the plan is the multi-launch form, with the same results."""
+    logits, labels = oracle.make_inputs(gen, (5, 100), torch.float32, "labels")
+    plan = kernels.prepare(logits, labels, variant="split_row", block_size=32, prefetch=True)
+    oracle.check(logits, labels, plan.run())
+    if logits.device.type != "cuda":
+        assert plan.config["mode"] == "multi_launch" and "prefetch" not in plan.config
 
 
 def test_launch_options_carry_maxnreg_only_when_set(gen, oracle):

@@ -361,7 +361,8 @@ def test_effective_registers():
         register_estimate.effective_registers(32, -4)
 
 
-def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int = 3, rows: int = 64):
+def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int = 3, rows: int = 64,
+                   n_cols: int | None = None, prefetch: bool = False):
     """The lagged split_row kernel's launch for ``num_chunks`` chunks of 4096 columns (the CPU plans the multi-launch
     form: its constexprs plus the lagged kernel's own make the launch a GPU would run)."""
     import kernels
@@ -369,7 +370,8 @@ def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int 
     from kernels.launch import Launch
     from kernels.problem import build_problem
 
-    n_cols = (num_chunks - 1) * 4096 + 1152  # rows 16-byte aligned: no peeled head and tail
+    if n_cols is None:
+        n_cols = (num_chunks - 1) * 4096 + 1152  # rows 16-byte aligned: no peeled head and tail
     logits = torch.zeros(rows, n_cols, dtype=torch.bfloat16)
     target = (torch.zeros(rows, dtype=torch.int64) if target_format == "labels"
               else torch.zeros(rows, n_cols, dtype=torch.bfloat16))
@@ -381,6 +383,8 @@ def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int 
     constexprs.update(POLL_FIRST=target_format == "labels",
                       **build_problem(logits, target, loss=loss, target_format=target_format, grad_output=None,
                                       ignore_index=-100, loss_mask=None).peel_constexprs())
+    if prefetch:
+        constexprs["PREFETCH"] = True
     return Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots * num_chunks,),
                   dict(stats.args, n_slots=n_slots), constexprs, num_warps=4)
 
@@ -392,3 +396,14 @@ def test_lagged_labels_kernel_keeps_80_registers_at_any_chunk_count(num_chunks):
     shows it. If a Triton/LLVM drops that mask, this fails at 13 chunks."""
     result = offline_compile.compile_launch(_lagged_launch("cross_entropy", "labels", num_chunks), with_sass=False)
     assert result.n_regs <= 80 and not result.spills
+
+
+@pytest.mark.parametrize("loss, target_format", [("forward_kl", "logits"), ("cross_entropy", "labels")])
+def test_lagged_prefetch_kernel_compiles_on_peeled_rows(loss, target_format):
+    """The prefetching lagged kernel (split_row prefetch=True: one more chunk in registers) compiles for sm_90 on rows
+    that are not 16-byte aligned (50257 columns: head and tail peeled), holds the next chunk in more registers than
+    the plain kernel, and does not spill (4096-column chunks)."""
+    plain = offline_compile.compile_launch(_lagged_launch(loss, target_format, 13, n_cols=50257), with_sass=False)
+    ahead = offline_compile.compile_launch(_lagged_launch(loss, target_format, 13, n_cols=50257, prefetch=True),
+                                           with_sass=False)
+    assert ahead.n_regs >= plain.n_regs and not ahead.spills
