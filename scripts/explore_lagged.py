@@ -1,0 +1,146 @@
+"""Exploration (kernel-only, not a recorded study): where the lagged split_row kernel stands against a plain kernel
+that streams the same bytes, over configurations the first-call search does and does not try.
+
+  python scripts/explore_lagged.py compile PART PARTS   # prepare (compile) a share of the plans; many at once
+  python scripts/explore_lagged.py time                 # time every plan one after another: one JSON line each
+  python scripts/explore_lagged.py probe                # run four plans once each, for `ncu -k regex:split_row_lagged`
+
+The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE). Each plan is checked against
+float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
+``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
+``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+import kernels
+from kernels import reference, split_row
+
+LAG = int(os.environ.get("LAG", "2"))
+split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first compiled in this process
+TOKENS = 4096
+CELLS = [(loss, fmt, vocab) for loss, fmt in [("forward_kl", "logits"), ("cross_entropy", "labels")]
+         for vocab in [32768, 50257, 50304, 100277, 151936, 256000]]
+# (block_size, num_warps, options): the search's lagged candidates, wider chunks, and the prefetching kernel.
+CONFIGS = [(2048, 4, {}), (4096, 4, {}), (4096, 8, {}), (8192, 4, {}), (8192, 8, {}), (8192, 16, {}),
+           (16384, 8, {}), (16384, 16, {}),
+           (1024, 4, {"prefetch": True}), (2048, 4, {"prefetch": True}), (4096, 4, {"prefetch": True}),
+           (4096, 4, {"prefetch": True, "maxnreg": 168}), (4096, 4, {"prefetch": True, "maxnreg": 128}),
+           (2048, 8, {"prefetch": True}), (8192, 8, {"prefetch": True})]
+PROBES = [("forward_kl", "logits", 50304, 4096, 4), ("forward_kl", "logits", 151936, 8192, 4),
+          ("cross_entropy", "labels", 151936, 8192, 4), ("cross_entropy", "labels", 50304, 8192, 4)]
+
+
+def configs(vocab):
+    out = [(b, w, o) for b, w, o in CONFIGS if b < vocab and math.ceil(vocab / b) <= (128 if b == 1024 else 64)]
+    if vocab <= 65536:  # one program per row (the search's unsplit candidates)
+        tile = min(32768, triton.next_power_of_2(vocab))
+        out += [(tile, max(4, min(32, tile // 1024)), {"split": False}),
+                (tile // 2, max(4, min(32, tile // 2048)), {"split": False})]
+    return out
+
+
+def inputs(fmt, vocab, rows=TOKENS):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(rows, vocab, generator=gen, device="cuda") * 2).to(torch.bfloat16)
+    t = (torch.randint(0, vocab, (rows,), generator=gen, device="cuda") if fmt == "labels"
+         else (torch.randn(rows, vocab, generator=gen, device="cuda") * 2).to(torch.bfloat16))
+    return x, t
+
+
+@triton.jit
+def stream_kernel(x_ptr, t_ptr, y_ptr, n, TWO: tl.constexpr, BLOCK: tl.constexpr):
+    """The bytes of the loss with none of its math: read x (and t), write one tensor."""
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    value = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    if TWO:
+        value += tl.load(t_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(y_ptr + offsets, value.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def label(block, warps, options):
+    return f"{block}/{warps}" + "".join(f"/{key[:2]}{'' if value is True else value}" for key, value in options.items())
+
+
+def copy_gbps():
+    import pandas as pd
+
+    from perfutils.measure.schema import data_path
+
+    table = pd.read_csv(data_path("data", torch.cuda.get_device_name(), "ceilings"))
+    return float(table.loc[table["ceiling"].str.startswith("dram_copy"), "value"].max())
+
+
+def run(phase, part=0, parts=1):
+    timing = phase == "time"
+    copy = copy_gbps() if timing else None
+    for index, (loss, fmt, vocab) in enumerate(CELLS):
+        if not timing and index % parts != part:
+            continue
+        x, t = inputs(fmt, vocab)
+        nbytes = TOKENS * vocab * 2 * (2 if fmt == "labels" else 3)
+        if timing:
+            out = torch.empty_like(x)
+            for block, warps in [(4096, 4), (8192, 8)]:
+                ms = triton.testing.do_bench(lambda: stream_kernel[(triton.cdiv(x.numel(), block),)](
+                    x, t, out, x.numel(), TWO=fmt != "labels", BLOCK=block, num_warps=warps), return_mode="median")
+                print(json.dumps({"lag": LAG, "loss": loss, "vocab": vocab, "cfg": f"stream{block}/{warps}",
+                                  "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
+            del out
+            rows = torch.randperm(TOKENS, device="cuda")[:16]
+            ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
+                           for i in range(0, TOKENS, 256)) / TOKENS
+            _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
+        for block, warps, options in configs(vocab):
+            record = {"lag": LAG, "loss": loss, "vocab": vocab, "cfg": label(block, warps, options)}
+            try:
+                plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
+                                       num_warps=warps, **options)
+                record.update(programs=plan.config.get("programs"), chunks=plan.config.get("num_chunks"))
+                if timing:
+                    value, grad = plan.run()
+                    loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
+                    grad_err = float((grad[rows].double() * TOKENS / 16 - ref_grad).norm() / ref_grad.norm())
+                    if max(loss_err, grad_err) > 1e-2:
+                        raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
+                    ms = triton.testing.do_bench(plan.run, return_mode="median")
+                    record.update(ms=round(ms, 4), pct=round(nbytes / ms / 1e6 / copy * 100, 1),
+                                  err=round(max(loss_err, grad_err), 5), regs=plan.launches[0].compiled.n_regs)
+                del plan
+            except Exception as error:  # noqa: BLE001 - an exploration records what failed and goes on
+                record["error"] = f"{type(error).__name__}: {error}"[:160]
+            if timing:
+                print(json.dumps(record), flush=True)
+        del x, t
+        torch.cuda.empty_cache()
+
+
+def probe():
+    for loss, fmt, vocab, block, warps in PROBES:
+        x, t = inputs(fmt, vocab)
+        plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
+                               num_warps=warps)
+        plan.run()  # compiles; ncu profiles both runs (the second is the one read)
+        torch.cuda.synchronize()
+        plan.run()
+        torch.cuda.synchronize()
+        print("ran", loss, vocab, plan.config, flush=True)
+
+
+if __name__ == "__main__":
+    command = sys.argv[1]
+    if command == "probe":
+        probe()
+    elif command == "compile":
+        run("compile", int(sys.argv[2]), int(sys.argv[3]))
+    elif command == "time":
+        run("time")
+    else:
+        raise SystemExit(__doc__)
