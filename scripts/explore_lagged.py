@@ -3,7 +3,8 @@ that streams the same bytes, over configurations the first-call search does and 
 
   python scripts/explore_lagged.py compile PART PARTS   # prepare (compile) a share of the plans; many at once
   python scripts/explore_lagged.py time                 # time every plan one after another: one JSON line each
-  python scripts/explore_lagged.py probe                # run four plans once each, for `ncu -k regex:split_row_lagged`
+  python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
+  python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
 
 The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE). Each plan is checked against
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
@@ -33,8 +34,12 @@ CONFIGS = [(2048, 4, {}), (4096, 4, {}), (4096, 8, {}), (8192, 4, {}), (8192, 8,
            (1024, 4, {"prefetch": True}), (2048, 4, {"prefetch": True}), (4096, 4, {"prefetch": True}),
            (4096, 4, {"prefetch": True, "maxnreg": 168}), (4096, 4, {"prefetch": True, "maxnreg": 128}),
            (2048, 8, {"prefetch": True}), (8192, 8, {"prefetch": True})]
-PROBES = [("forward_kl", "logits", 50304, 4096, 4), ("forward_kl", "logits", 151936, 8192, 4),
-          ("cross_entropy", "labels", 151936, 8192, 4), ("cross_entropy", "labels", 50304, 8192, 4)]
+PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
+                    ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
+          # the same kernels on rows that are and are not 16-byte aligned
+          "probe-misaligned": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 50257, 4096, 4, {}),
+                               ("cross_entropy", "labels", 50304, 8192, 4, {}),
+                               ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
 
 
 def configs(vocab):
@@ -122,11 +127,11 @@ def run(phase, part=0, parts=1):
         torch.cuda.empty_cache()
 
 
-def probe():
-    for loss, fmt, vocab, block, warps in PROBES:
+def probe(cases):
+    for loss, fmt, vocab, block, warps, options in cases:
         x, t = inputs(fmt, vocab)
         plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
-                               num_warps=warps)
+                               num_warps=warps, **options)
         plan.run()  # compiles; ncu profiles both runs (the second is the one read)
         torch.cuda.synchronize()
         plan.run()
@@ -136,8 +141,8 @@ def probe():
 
 if __name__ == "__main__":
     command = sys.argv[1]
-    if command == "probe":
-        probe()
+    if command in PROBES:
+        probe(PROBES[command])
     elif command == "compile":
         run("compile", int(sys.argv[2]), int(sys.argv[3]))
     elif command == "time":
