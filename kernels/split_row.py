@@ -309,8 +309,10 @@ def split_row_lagged_kernel(
     cur_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(row, n_rows - 1), ignore_index, LOSS, HAS_MASK)
     cur_valid = cur_valid & (row < n_rows)
     if PREFETCH:  # the first step's chunk
-        x_next, t_next = load_chunk(logits_ptr, target_ptr, tl.minimum(row, n_rows - 1), cur_valid, start, cols,
-                                    n_cols, logits_stride, target_stride, LOSS, PEEL, VEC)
+        first = tl.minimum(row, n_rows - 1)
+        head_first, body_first = row_peel(first * logits_stride, n_cols, PEEL, VEC)
+        x_next, t_next = load_chunk(logits_ptr, target_ptr, first, head_first, body_first, cur_valid, start, cols,
+                                    logits_stride, target_stride, LOSS, PEEL, VEC)
     for row in range(slot.to(tl.int64), n_rows + behind, n_slots):
         # Validity of the next step's row, loaded a step ahead (it decides whether that row is read).
         # (Only the flag is carried: Triton 3.6 dropped a carried label, see the README's notes.)
@@ -333,15 +335,16 @@ def split_row_lagged_kernel(
         head_old, body_old = row_peel(old * logits_stride, n_cols, PEEL, VEC)
         if PREFETCH:  # this step's chunk arrived during the last step; request the next step's
             x_cur, t_cur = x_next, t_next
-            x_next, t_next = load_chunk(logits_ptr, target_ptr, tl.minimum(nxt, n_rows - 1), nxt_valid, start, cols,
-                                        n_cols, logits_stride, target_stride, LOSS, PEEL, VEC)
+            ahead = tl.minimum(nxt, n_rows - 1)
+            head_ahead, body_ahead = row_peel(ahead * logits_stride, n_cols, PEEL, VEC)
+            x_next, t_next = load_chunk(logits_ptr, target_ptr, ahead, head_ahead, body_ahead, nxt_valid, start, cols,
+                                        logits_stride, target_stride, LOSS, PEEL, VEC)
             if cur_valid:  # summarise while the old row's chunk comes from L2
                 summarise_chunk(x_cur, t_cur, logits_ptr, target_ptr, partials_ptr, cur, head_cur, body_cur, chunk,
                                 n_cols, logits_stride, target_stride, LOSS, NUM_CHUNKS, PEEL, VEC)
         else:
-            x_cur, t_cur = load_raw_tiles(logits_ptr + body_offset(cur * logits_stride, head_cur, PEEL, VEC) + start,
-                                          target_ptr + body_offset(cur * target_stride, head_cur, PEEL, VEC) + start,
-                                          cols, tl.where(cur_valid, body_cur - start, 0), LOSS, "evict_last")
+            x_cur, t_cur = load_chunk(logits_ptr, target_ptr, cur, head_cur, body_cur, cur_valid, start, cols,
+                                      logits_stride, target_stride, LOSS, PEEL, VEC)
         x_old_row = logits_ptr + old * logits_stride
         old_width = tl.where(old_valid, body_old - start, 0)
         if not COMPUTE_GRAD:
@@ -401,10 +404,10 @@ def split_row_lagged_kernel(
 
 
 @triton.jit
-def load_chunk(logits_ptr, target_ptr, row, valid, start, cols, n_cols, logits_stride, target_stride,
+def load_chunk(logits_ptr, target_ptr, row, head, body, valid, start, cols, logits_stride, target_stride,
                LOSS: tl.constexpr, PEEL: tl.constexpr, VEC: tl.constexpr):
-    """A program's chunk of ``row`` (nothing read when not ``valid``), kept in L2 for its second read."""
-    head, body = row_peel(row * logits_stride, n_cols, PEEL, VEC)
+    """A program's chunk of ``row`` (its ``head`` and ``body``: row_math.row_peel; nothing read when not ``valid``)
+    from DRAM, kept in L2 for its second read."""
     return load_raw_tiles(logits_ptr + body_offset(row * logits_stride, head, PEEL, VEC) + start,
                           target_ptr + body_offset(row * target_stride, head, PEEL, VEC) + start,
                           cols, tl.where(valid, body - start, 0), LOSS, "evict_last")

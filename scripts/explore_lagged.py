@@ -75,12 +75,11 @@ def label(block, warps, options):
 
 
 def copy_gbps():
-    import pandas as pd
-
+    from perfutils.measure.measurer import read_copy_gbps
     from perfutils.measure.schema import data_path
 
-    table = pd.read_csv(data_path("data", torch.cuda.get_device_name(), "ceilings"))
-    return float(table.loc[table["ceiling"].str.startswith("dram_copy"), "value"].max())
+    gpu = torch.cuda.get_device_name()
+    return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
 def run(phase, part=0, parts=1):

@@ -561,9 +561,9 @@ def test_each_variant_is_one_launch_per_pass(gen, oracle):
 @pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
 def test_lagged_kernel_alternates_halves(loss_index, gen, oracle):
     """The lagged exchange needs every summary word it polls EMPTY_BITS before a call (labels CE: the two it uses): a
-    call polls one half and re-empties its own words of the other, by the parity of the calls the workspace has finished. Two calls in a row (new
-    labels or mask in between), one chunk per row so the interpreter can run the grid (see
-    test_split_row_lagged_kernel_math)."""
+    call polls one half and re-empties its own words of the other, by the parity of the calls the workspace has
+    finished. Two calls in a row (new labels or mask in between), one chunk per row so the interpreter can run the
+    grid (see test_split_row_lagged_kernel_math)."""
     from kernels import split_row
     from kernels.launch import Launch
     from kernels.problem import WS_GEN, initialize_workspace
