@@ -73,6 +73,7 @@ SCHEDULES = ("wait", "lagged")
 # marks a summary word that has not been written yet (split_row_lagged_kernel).
 EMPTY_BITS = tl.constexpr(0x7FBADBAD)
 EMPTY_BLOCK = tl.constexpr(128)  # rows re-emptied per step (empty_summaries)
+MAX_READ_AHEAD = 3  # plan_split_row's read_ahead: each step read ahead is one more copy of its tiles in shared memory
 LAG_STEPS = tl.constexpr(2)  # "lagged": a row is finished this many steps after it was read (1 measured slower)
 
 
@@ -267,6 +268,7 @@ def split_row_lagged_kernel(
     PEEL: tl.constexpr = False,  # rows not 16-byte aligned: chunks cover the 16-byte body; the last chunk also
     VEC: tl.constexpr = 8,  # the head and tail columns (row_math.row_peel); VEC elements per 16 bytes
     PREFETCH: tl.constexpr = False,  # issue the next step's DRAM reads before this step's math (see below)
+    READ_AHEAD: tl.constexpr = 0,  # steps whose reads are in flight through shared memory (see the loop)
 ):
     """The one-DRAM-read form with the exchange taken off the critical path (same arguments as
     split_row_kernel, no PHASE). Persistent: program (slot, chunk) walks rows slot, slot + n_slots, ...
@@ -313,7 +315,9 @@ def split_row_lagged_kernel(
         head_first, body_first = row_peel(first * logits_stride, n_cols, PEEL, VEC)
         x_next, t_next = load_chunk(logits_ptr, target_ptr, first, head_first, body_first, cur_valid, start, cols,
                                     logits_stride, target_stride, LOSS, PEEL, VEC)
-    for row in range(slot.to(tl.int64), n_rows + behind, n_slots):
+    # READ_AHEAD: Triton's software pipeliner issues the loads of the next READ_AHEAD steps as asynchronous copies to
+    # shared memory (cp.async), so reads stay in flight through a step's math without holding registers.
+    for row in tl.range(slot.to(tl.int64), n_rows + behind, n_slots, num_stages=READ_AHEAD + 1):
         # Validity of the next step's row, loaded a step ahead (it decides whether that row is read).
         # (Only the flag is carried: Triton 3.6 dropped a carried label, see the README's notes.)
         nxt = row + n_slots
@@ -540,6 +544,7 @@ def plan_split_row(
     maxnreg: int | None = None,
     keep_last: bool = False,
     prefetch: bool = False,
+    read_ahead: int = 0,
 ) -> Plan:
     """Plan the split-row variant.
 
@@ -557,6 +562,10 @@ def plan_split_row(
     second (see kernels.fused.plan_fused); no effect on split rows.
     prefetch: the lagged kernel requests each step's chunk one step early (``PREFETCH`` of split_row_lagged_kernel);
     only with the lagged schedule.
+    read_ahead: steps of the lagged kernel whose reads are in flight ahead of the step being computed, through shared
+    memory (``READ_AHEAD`` of split_row_lagged_kernel: Triton's software pipeliner turns the step loop's loads into
+    asynchronous copies, ``read_ahead + 1`` stages); 0 (default) reads each step's chunks when the step starts. Costs
+    shared memory, not registers: (read_ahead + 1) x the step's tiles per program. Only with the lagged schedule.
     """
     default_block, default_warps = default_split_row_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
@@ -576,6 +585,11 @@ def plan_split_row(
         raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
     if prefetch and (schedule != "lagged" or not split or cooperative is False):
         raise ValueError("prefetch=True is an option of the lagged cooperative kernel: it needs split=True, "
+                         "schedule='lagged' and cooperative not False")
+    if not isinstance(read_ahead, int) or isinstance(read_ahead, bool) or not 0 <= read_ahead <= MAX_READ_AHEAD:
+        raise ValueError(f"read_ahead must be an int in [0, {MAX_READ_AHEAD}] (steps read ahead), got {read_ahead!r}")
+    if read_ahead and (schedule != "lagged" or not split or cooperative is False):
+        raise ValueError("read_ahead is an option of the lagged cooperative kernel: it needs split=True, "
                          "schedule='lagged' and cooperative not False")
     num_chunks = triton.cdiv(problem.n_cols, block_size)
     config = {"block_size": block_size, "num_warps": num_warps, "num_chunks": num_chunks}
@@ -617,6 +631,8 @@ def plan_split_row(
                                                               **problem.peel_constexprs()}
             if prefetch:  # only when asked: the default launch keeps its constexprs (and its compiled kernel)
                 kernel_constexprs["PREFETCH"] = True
+            if read_ahead:
+                kernel_constexprs["READ_AHEAD"] = read_ahead
         return Launch(
             name=name,
             fn=fn,
@@ -650,6 +666,7 @@ def plan_split_row(
                 [coop],
                 finisher(problem, loss, grad),
                 {**config, "mode": "cooperative", "schedule": schedule, **({"prefetch": True} if prefetch else {}),
+                 **({"read_ahead": read_ahead} if read_ahead else {}),
                  "programs": n_slots * num_chunks, "resident_programs": resident},
                 reset=counters.zero_ if schedule == "wait" else None,
                 buffers=buffers,

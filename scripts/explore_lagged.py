@@ -3,13 +3,15 @@ that streams the same bytes, over configurations the first-call search does and 
 
   python scripts/explore_lagged.py compile PART PARTS   # prepare (compile) a share of the plans; many at once
   python scripts/explore_lagged.py time                 # time every plan one after another: one JSON line each
+  python scripts/explore_lagged.py compile-read-ahead PART PARTS, time-read-ahead   # the same for read_ahead (run C)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
 
 The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE). Each plan is checked against
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
 ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
-``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``.
+``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
+(runs A to D) and ``explore_read_ahead_2026-11-25.txt`` (run E).
 """
 import json
 import math
@@ -34,6 +36,14 @@ CONFIGS = [(2048, 4, {}), (4096, 4, {}), (4096, 8, {}), (8192, 4, {}), (8192, 8,
            (1024, 4, {"prefetch": True}), (2048, 4, {"prefetch": True}), (4096, 4, {"prefetch": True}),
            (4096, 4, {"prefetch": True, "maxnreg": 168}), (4096, 4, {"prefetch": True, "maxnreg": 128}),
            (2048, 8, {"prefetch": True}), (8192, 8, {"prefetch": True})]
+# Run E (2026-11-25): the step loop's reads issued ahead through shared memory (read_ahead) beside the plain kernel.
+READ_AHEAD_CELLS = ([(loss, fmt, vocab) for loss, fmt in [("forward_kl", "logits"), ("cross_entropy", "labels")]
+                     for vocab in [32000, 50257, 50304, 100277, 131072, 151936, 256000]]
+                    + [("reverse_kl", "logits", 50304), ("reverse_kl", "logits", 151936)])
+READ_AHEAD_CONFIGS = [(2048, 4, {}), (4096, 4, {}), (8192, 4, {}),
+                      (1024, 4, {"read_ahead": 1}), (1024, 4, {"read_ahead": 2}), (2048, 4, {"read_ahead": 1}),
+                      (2048, 4, {"read_ahead": 2}), (2048, 8, {"read_ahead": 1}), (4096, 4, {"read_ahead": 1}),
+                      (4096, 8, {"read_ahead": 1})]
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # the same kernels on rows that are and are not 16-byte aligned
@@ -42,7 +52,9 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
                                ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
 
 
-def configs(vocab):
+def configs(vocab, read_ahead=False):
+    if read_ahead:
+        return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
     out = [(b, w, o) for b, w, o in CONFIGS if b < vocab and math.ceil(vocab / b) <= (128 if b == 1024 else 64)]
     if vocab <= 65536:  # one program per row (the search's unsplit candidates)
         tile = min(32768, triton.next_power_of_2(vocab))
@@ -82,10 +94,10 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
-def run(phase, part=0, parts=1):
+def run(phase, part=0, parts=1, read_ahead=False):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
-    for index, (loss, fmt, vocab) in enumerate(CELLS):
+    for index, (loss, fmt, vocab) in enumerate(READ_AHEAD_CELLS if read_ahead else CELLS):
         if not timing and index % parts != part:
             continue
         x, t = inputs(fmt, vocab)
@@ -102,7 +114,7 @@ def run(phase, part=0, parts=1):
             ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
                            for i in range(0, TOKENS, 256)) / TOKENS
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
-        for block, warps, options in configs(vocab):
+        for block, warps, options in configs(vocab, read_ahead):
             record = {"lag": LAG, "loss": loss, "vocab": vocab, "cfg": label(block, warps, options)}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
@@ -142,9 +154,9 @@ if __name__ == "__main__":
     command = sys.argv[1]
     if command in PROBES:
         probe(PROBES[command])
-    elif command == "compile":
-        run("compile", int(sys.argv[2]), int(sys.argv[3]))
-    elif command == "time":
-        run("time")
+    elif command in ("compile", "compile-read-ahead"):
+        run("compile", int(sys.argv[2]), int(sys.argv[3]), read_ahead=command.endswith("read-ahead"))
+    elif command in ("time", "time-read-ahead"):
+        run("time", read_ahead=command.endswith("read-ahead"))
     else:
         raise SystemExit(__doc__)

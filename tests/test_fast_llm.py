@@ -130,6 +130,18 @@ def test_commit_from_file_git_or_nothing(tmp_path):
         fast_llm.checkout_commit(tmp_path / "bad")
 
 
+def test_commit_of_an_extraction_inside_another_repository_is_unknown(tmp_path):
+    """A checkout without COMMIT inside another work tree (this project's .peers/) is not that tree's HEAD."""
+    outer = tmp_path / "project"
+    (outer / "src").mkdir(parents=True)
+    (outer / "src" / "x.py").write_text("x = 1\n")
+    commit_all(outer)
+    inner = write_checkout(outer / ".peers" / "fast_llm-1234abcd", None)
+    assert fast_llm.checkout_commit(inner) is None
+    (inner / "COMMIT").write_text("d" * 40)
+    assert fast_llm.checkout_commit(inner) == "d" * 40
+
+
 def test_extract_checkout_from_a_repository(tmp_path):
     repo = write_checkout(tmp_path / "repo", None)
     head = commit_all(repo)

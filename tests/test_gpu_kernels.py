@@ -1,7 +1,7 @@
 """GPU-only checks at realistic sizes (marked ``gpu``: skipped without CUDA or under TRITON_INTERPRET=1).
 
 * every loss x variant (fused, two_pass, split_row cooperative, multi-launch, unsplit, register-capped,
-  prefetching and tuned, auto) on 4096 x 32768
+  prefetching, reading ahead through shared memory and tuned, auto) on 4096 x 32768
   and 4096 x 131072 bf16, against float64 ``kernels.reference``: the loss against the float64 mean
   over all rows (computed in chunks of rows), the gradient on ~16 sampled rows (autograd of the
   reference's row losses, scaled by grad_output / n_valid). Every 7th row does not count (ignored
@@ -51,6 +51,7 @@ VARIANT_SPECS = [
     ("split_row-unsplit", "split_row", {"split": False, "block_size": 16384, "num_warps": 16}),
     ("split_row-capped", "split_row", {"cooperative": True, "maxnreg": 96}),
     ("split_row-prefetch", "split_row", {"cooperative": True, "prefetch": True}),
+    ("split_row-read-ahead", "split_row", {"cooperative": True, "read_ahead": 1}),
     ("split_row-tuned", "split_row", {}),
     ("auto", "auto", {}),
 ]
@@ -195,6 +196,8 @@ ODD_CHUNK_SPECS = [
     ("lagged-16384", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "cooperative": True}),
     ("lagged-2048-prefetch", {"variant": "split_row", "block_size": 2048, "num_warps": 4, "cooperative": True,
                               "prefetch": True}),
+    ("lagged-2048-read-ahead", {"variant": "split_row", "block_size": 2048, "num_warps": 4, "cooperative": True,
+                                "read_ahead": 2}),
     ("unsplit-keep-last", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False,
                            "keep_last": True}),
     ("fused-keep-last", {"variant": "fused", "block_size": 32768, "num_warps": 16, "keep_last": True}),

@@ -335,6 +335,12 @@ def test_split_row_option_errors(gen, oracle):
     for options in ({"schedule": "wait"}, {"split": False}, {"cooperative": False}):
         with pytest.raises(ValueError, match="prefetch=True is an option of the lagged cooperative kernel"):
             kernels.prepare(logits, labels, variant="split_row", block_size=32, prefetch=True, **options)
+    for bad in (-1, 4, 1.0, True):
+        with pytest.raises(ValueError, match="read_ahead must be an int in \\[0, 3\\]"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, read_ahead=bad)
+    for options in ({"schedule": "wait"}, {"split": False}, {"cooperative": False}):
+        with pytest.raises(ValueError, match="read_ahead is an option of the lagged cooperative kernel"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, read_ahead=1, **options)
 
 
 def test_split_row_prefetch_plans_the_same_math(gen, oracle):
@@ -345,6 +351,16 @@ def test_split_row_prefetch_plans_the_same_math(gen, oracle):
     oracle.check(logits, labels, plan.run())
     if logits.device.type != "cuda":
         assert plan.config["mode"] == "multi_launch" and "prefetch" not in plan.config
+
+
+def test_split_row_read_ahead_plans_the_same_math(gen, oracle):
+    """read_ahead changes only how the lagged kernel's step loop issues its reads: where no cooperative grid runs (the
+    interpreter) the plan is the multi-launch form, with the same results."""
+    logits, labels = oracle.make_inputs(gen, (5, 100), torch.float32, "labels")
+    plan = kernels.prepare(logits, labels, variant="split_row", block_size=32, read_ahead=2)
+    oracle.check(logits, labels, plan.run())
+    if logits.device.type != "cuda":
+        assert plan.config["mode"] == "multi_launch" and "read_ahead" not in plan.config
 
 
 def test_launch_options_carry_maxnreg_only_when_set(gen, oracle):

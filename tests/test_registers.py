@@ -362,7 +362,7 @@ def test_effective_registers():
 
 
 def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int = 3, rows: int = 64,
-                   n_cols: int | None = None, prefetch: bool = False):
+                   n_cols: int | None = None, prefetch: bool = False, read_ahead: int = 0):
     """The lagged split_row kernel's launch for ``num_chunks`` chunks of 4096 columns (the CPU plans the multi-launch
     form: its constexprs plus the lagged kernel's own make the launch a GPU would run)."""
     import kernels
@@ -385,6 +385,8 @@ def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int 
                                       ignore_index=-100, loss_mask=None).peel_constexprs())
     if prefetch:
         constexprs["PREFETCH"] = True
+    if read_ahead:
+        constexprs["READ_AHEAD"] = read_ahead
     return Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots * num_chunks,),
                   dict(stats.args, n_slots=n_slots), constexprs, num_warps=4)
 
@@ -407,3 +409,18 @@ def test_lagged_prefetch_kernel_compiles_on_peeled_rows(loss, target_format):
     ahead = offline_compile.compile_launch(_lagged_launch(loss, target_format, 13, n_cols=50257, prefetch=True),
                                            with_sass=False)
     assert ahead.n_regs >= plain.n_regs and not ahead.spills
+
+
+@pytest.mark.parametrize("loss, target_format", [("forward_kl", "logits"), ("cross_entropy", "labels")])
+def test_lagged_read_ahead_goes_through_shared_memory(loss, target_format):
+    """read_ahead (split_row's option): Triton's pipeliner turns the step loop's loads into asynchronous copies to
+    shared memory (cp.async), one more copy of the step's tiles per step read ahead; without it the loop has no
+    asynchronous copy and uses no more than a kilobyte or so of shared memory (the reductions' scratch)."""
+    plain = offline_compile.compile_launch(_lagged_launch(loss, target_format, 13), with_sass=False)
+    ahead = [offline_compile.compile_launch(_lagged_launch(loss, target_format, 13, read_ahead=steps), with_sass=False)
+             for steps in (1, 2)]
+    assert "cp.async" not in plain.ptx and plain.shared_bytes < 4096
+    tile_bytes = 4096 * 2 * (1 if target_format == "labels" else 2)  # one chunk of x (and t), bf16
+    for steps, result in zip((1, 2), ahead):
+        assert "cp.async" in result.ptx and not result.spills
+        assert result.shared_bytes >= (steps + 1) * tile_bytes

@@ -527,11 +527,13 @@ def test_notebook_09_replays_recorded_data(tmp_path):
     assert (tmp_path / "figures" / "09_host_cost.svg").exists()
 
 
-def test_readme_vocab_sweep_results_are_generated_from_the_data():
-    """Once the GPU data is committed, the README's vocab-sweep table is perfutils.plots.summary's output for it."""
+@pytest.mark.parametrize("gpu_slug", ["h100-sxm-80gb", "h200"])
+def test_readme_vocab_sweep_results_are_generated_from_the_data(gpu_slug):
+    """Once the GPU data is committed, the README's vocab-sweep table of each GPU is perfutils.plots.summary's output
+    for it (the H200's: a GPU the tuning table has never seen)."""
     from perfutils.plots import summary
 
-    gpu_dir = REPO / "data" / "h100-sxm-80gb"
+    gpu_dir = REPO / "data" / gpu_slug
     if not (gpu_dir / "vocab_sweep.csv").exists():
         pytest.skip("no vocab_sweep.csv recorded yet (the GPU run comes first; then the README gets "
                     "`python -m perfutils.plots.summary --vocab-sweep`)")

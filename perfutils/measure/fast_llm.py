@@ -90,11 +90,17 @@ def checkout_commit(path: str | os.PathLike) -> str | None:
             raise ValueError(f"{marker} must hold a git commit hash, got {commit[:60]!r}")
         return commit
     try:
-        done = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2:
+        return None
+    # Only the checkout's own repository: an extraction without COMMIT inside another work tree (this project's
+    # .peers/) would otherwise report the enclosing repository's HEAD (the H200 sweep of 2026-11-25 recorded it).
+    top, head = lines
+    return head if Path(top).resolve() == path.resolve() else None
 
 
 def extract_checkout(commit: str, git_dir: str | os.PathLike, dest_root: str | os.PathLike = ".peers") -> Path:
