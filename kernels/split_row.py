@@ -570,11 +570,11 @@ def plan_split_row(
     default_block, default_warps = default_split_row_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
-    if cooperative not in (None, True, False):
+    if cooperative is not None and not isinstance(cooperative, bool):  # 1 == True: `in (True, False)` lets 1 through
         raise TypeError(f"cooperative must be None, True or False, got {cooperative!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if split not in (True, False):
+    if not isinstance(split, bool):
         raise TypeError(f"split must be True or False, got {split!r}")
     if cooperative and not split:
         raise ValueError("cooperative=True needs split=True: with split=False each row has one program and "

@@ -325,8 +325,11 @@ def test_split_row_option_errors(gen, oracle):
     logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
     with pytest.raises(ValueError, match="cooperative=True needs split=True"):
         kernels.prepare(logits, labels, variant="split_row", block_size=32, split=False, cooperative=True)
-    with pytest.raises(TypeError, match="split must be True or False"):
-        kernels.prepare(logits, labels, variant="split_row", block_size=32, split="no")
+    for bad in ("no", 1, 0):  # 1 == True and 0 == False, but a flag must be a bool
+        with pytest.raises(TypeError, match="split must be True or False"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, split=bad)
+        with pytest.raises(TypeError, match="cooperative must be None, True or False"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, cooperative=bad)
     for bad in (8, 300, 96.0, True):
         with pytest.raises(ValueError, match="maxnreg must be None or an int in \\[16, 255\\]"):
             kernels.prepare(logits, labels, variant="split_row", block_size=32, maxnreg=bad)
