@@ -540,6 +540,18 @@ def test_readme_vocab_sweep_results_are_generated_from_the_data(gpu_slug):
     assert summary.vocab_sweep_table(gpu_dir) in (REPO / "README.md").read_text()
 
 
+def test_readme_vocab_sweep_16384_table_is_generated_from_the_data():
+    """The README's second H100 table (16384 tokens, the vocabularies the peers were timed at) is the summary's
+    output with --table-only: the table and its source line, not the whole grid's worst cells again."""
+    from perfutils.plots import summary
+
+    gpu_dir = REPO / "data" / "h100-sxm-80gb"
+    table = summary.vocab_sweep_table(gpu_dir, tokens=16384, vocabs=(32000, 32768, 128256, 131072, 151936),
+                                      grid_lines=False)
+    assert "Worst cell" not in table and "16384 tokens" in table
+    assert table in (REPO / "README.md").read_text()
+
+
 def test_readme_one_process_results_are_generated_from_the_data():
     """The README's one-process table (issue 13's grid) is perfutils.plots.summary's output for public_call.csv."""
     from perfutils.plots import summary

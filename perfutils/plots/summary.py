@@ -75,10 +75,12 @@ def _ms(value) -> str:
     return "-" if value is None or pd.isna(value) else f"{value:.3f}"
 
 
-def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vocabs=README_VOCABS) -> str:
+def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vocabs=README_VOCABS,
+                      grid_lines: bool = True) -> str:
     """The README's results: per loss x vocab at ``tokens``, the peers' and the project's ms (public call and its
     kernel-only plan), and of the public call % of copy, host µs and syncs per call; then where the data comes from
-    and the grid's worst cells (:func:`vocab_sweep_lines`)."""
+    and, with ``grid_lines``, the whole grid's worst cells and the quack figures (:func:`vocab_sweep_lines`; a second
+    table of the same file leaves them out: they would repeat)."""
     from .vocab_sweep import cell_table
 
     path = gpu_dir / "vocab_sweep.csv"
@@ -99,6 +101,8 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
                   "-" if pd.isna(syncs) else f"{int(syncs)}"]
         lines.append(f"| {row.loss_label} {row.vocab} | " + " | ".join(cells) + " |")
     notes = vocab_sweep_lines(df, meta, gpu_dir, tokens, dtype)
+    if not grid_lines:
+        notes = notes[:1]
     if absent:
         notes.insert(1, f"Not measured at these cells yet: {', '.join(absent)} (notebook 09 lists what the recorded "
                         "grid holds).")
@@ -262,11 +266,18 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-dir", type=Path, default=Path("data/h100-sxm-80gb"))
     parser.add_argument("--vocab-sweep", action="store_true", help="the vocab sweep's table (vocab_sweep.csv)")
     parser.add_argument("--public-call", action="store_true", help="issue 13's grid in one process (public_call.csv)")
+    parser.add_argument("--tokens", type=int, default=4096, help="the vocab sweep's table at this token count")
+    parser.add_argument("--vocabs", type=int, nargs="+", default=list(README_VOCABS),
+                        help="the vocab sweep's table at these vocabularies")
+    parser.add_argument("--table-only", action="store_true",
+                        help="leave out the whole grid's worst cells and the quack figures (a second table)")
     args = parser.parse_args(argv)
     if args.public_call:
         print(public_call_table(args.gpu_dir))
     else:
-        print(vocab_sweep_table(args.gpu_dir) if args.vocab_sweep else benchmark_table(args.gpu_dir))
+        print(vocab_sweep_table(args.gpu_dir, tokens=args.tokens, vocabs=tuple(args.vocabs),
+                                grid_lines=not args.table_only)
+              if args.vocab_sweep else benchmark_table(args.gpu_dir))
     return 0
 
 
