@@ -3,7 +3,8 @@ that streams the same bytes, over configurations the first-call search does and 
 
   python scripts/explore_lagged.py compile PART PARTS   # prepare (compile) a share of the plans; many at once
   python scripts/explore_lagged.py time                 # time every plan one after another: one JSON line each
-  python scripts/explore_lagged.py compile-read-ahead PART PARTS, time-read-ahead   # the same for read_ahead (run C)
+  python scripts/explore_lagged.py compile-read-ahead PART PARTS, time-read-ahead   # the same for read_ahead (run E)
+  python scripts/explore_lagged.py compile-rows PART PARTS, time-rows   # one program per row, keep_last (run F)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
 
@@ -11,7 +12,7 @@ The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE)
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
 ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
 ``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
-(runs A to D) and ``explore_read_ahead_2026-11-25.txt`` (run E).
+(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (run F).
 """
 import json
 import math
@@ -44,6 +45,14 @@ READ_AHEAD_CONFIGS = [(2048, 4, {}), (4096, 4, {}), (8192, 4, {}),
                       (1024, 4, {"read_ahead": 1}), (1024, 4, {"read_ahead": 2}), (2048, 4, {"read_ahead": 1}),
                       (2048, 4, {"read_ahead": 2}), (2048, 8, {"read_ahead": 1}), (4096, 4, {"read_ahead": 1}),
                       (4096, 8, {"read_ahead": 1})]
+# Run F (2026-11-25): one program per row (split=False) at tiles and warps the search does not try, with and without
+# keep_last (the row's last tile kept in registers between the walks), where labels CE misses 85% (32000, 32064,
+# 50257) and beside aligned neighbours.
+ROW_CELLS = ([("cross_entropy", "labels", vocab) for vocab in [32000, 32064, 32768, 50257, 50304, 65536]]
+             + [("forward_kl", "logits", vocab) for vocab in [32000, 50257]])
+ROW_CONFIGS = [(tile, warps, {"split": False, **keep}) for tile, warps in
+               [(32768, 16), (16384, 16), (16384, 8), (8192, 8), (8192, 4), (4096, 4)]
+               for keep in ({}, {"keep_last": True})] + [(8192, 4, {}), (4096, 4, {})]
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # the same kernels on rows that are and are not 16-byte aligned
@@ -52,7 +61,9 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
                                ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
 
 
-def configs(vocab, read_ahead=False):
+def configs(vocab, read_ahead=False, rows=False):
+    if rows:  # a tile wider than the row is the single-tile kernel, which the search already tries
+        return [(b, w, o) for b, w, o in ROW_CONFIGS if b < vocab or (b == 32768 and not o.get("keep_last"))]
     if read_ahead:
         return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
     out = [(b, w, o) for b, w, o in CONFIGS if b < vocab and math.ceil(vocab / b) <= (128 if b == 1024 else 64)]
@@ -94,10 +105,10 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
-def run(phase, part=0, parts=1, read_ahead=False):
+def run(phase, part=0, parts=1, read_ahead=False, rows=False):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
-    for index, (loss, fmt, vocab) in enumerate(READ_AHEAD_CELLS if read_ahead else CELLS):
+    for index, (loss, fmt, vocab) in enumerate(ROW_CELLS if rows else READ_AHEAD_CELLS if read_ahead else CELLS):
         if not timing and index % parts != part:
             continue
         x, t = inputs(fmt, vocab)
@@ -114,7 +125,7 @@ def run(phase, part=0, parts=1, read_ahead=False):
             ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
                            for i in range(0, TOKENS, 256)) / TOKENS
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
-        for block, warps, options in configs(vocab, read_ahead):
+        for block, warps, options in configs(vocab, read_ahead, rows):
             record = {"lag": LAG, "loss": loss, "vocab": vocab, "cfg": label(block, warps, options)}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
@@ -154,9 +165,10 @@ if __name__ == "__main__":
     command = sys.argv[1]
     if command in PROBES:
         probe(PROBES[command])
-    elif command in ("compile", "compile-read-ahead"):
-        run("compile", int(sys.argv[2]), int(sys.argv[3]), read_ahead=command.endswith("read-ahead"))
-    elif command in ("time", "time-read-ahead"):
-        run("time", read_ahead=command.endswith("read-ahead"))
+    elif command in ("compile", "compile-read-ahead", "compile-rows"):
+        run("compile", int(sys.argv[2]), int(sys.argv[3]), read_ahead=command.endswith("read-ahead"),
+            rows=command.endswith("rows"))
+    elif command in ("time", "time-read-ahead", "time-rows"):
+        run("time", read_ahead=command.endswith("read-ahead"), rows=command.endswith("rows"))
     else:
         raise SystemExit(__doc__)

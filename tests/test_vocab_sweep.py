@@ -163,6 +163,26 @@ def test_optional_peers_say_why_they_are_missing(monkeypatch):
     assert not providers.supports("case497.step0", "cross_entropy", "labels")
 
 
+def test_optional_peer_rows_say_which_source_they_ran(tmp_path, monkeypatch):
+    """A peer put on the path from a source extraction (as .peers/liger-<commit>/src, with COMMIT at the top) records
+    that commit; the same package without the file records none, and no version when it was not installed."""
+    import sys
+
+    package = tmp_path / "liger-abc" / "src" / "liger_kernel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "liger-abc" / "COMMIT").write_text(commit + "\n")
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.delitem(sys.modules, "liger_kernel", raising=False)
+    monkeypatch.chdir(tmp_path)
+    source = providers.peer_source("liger")
+    assert source == {"liger_path": str(Path("liger-abc/src/liger_kernel")), "liger_commit": commit,
+                      "liger_version": None}
+    (tmp_path / "liger-abc" / "COMMIT").unlink()
+    assert providers.peer_source("liger")["liger_commit"] is None
+
+
 # ---- host cost and syncs --------------------------------------------------------------------------------------
 
 

@@ -27,8 +27,9 @@ KERNEL_ONLY = ("plan",)  # timed without the public entry points' host work
 # Variants whose prepare lives in its own module, by name prefix: Fast-LLM's kernels run from a checkout
 # ("fast_llm", "fast_llm_<commit>") and the case study's ablation kernels ("case497.<step>").
 PROVIDER_MODULES = {"fast_llm": "perfutils.measure.fast_llm", "case497.": "kernels.case_study.ablation"}
-# Python packages that the optional peers come from.
+# Python packages that the optional peers come from, and their distributions' names (for the version).
 PACKAGES = {"liger": "liger_kernel", "quack": "quack.cross_entropy"}
+DISTRIBUTIONS = {"liger": "liger-kernel", "quack": "quack-kernels"}
 
 
 @dataclass
@@ -90,6 +91,35 @@ def unavailable(variant: str) -> str | None:
         except (FileNotFoundError, ImportError, ValueError) as exc:
             return str(exc)
     return None
+
+
+def peer_source(variant: str) -> dict:
+    """Where an optional peer's code came from, for its rows' ``plan_config``: the package's folder, the commit of
+    the source tree it was extracted from (a ``COMMIT`` file in the package's folder or up to three folders above
+    it, as ``fast_llm.extract_checkout`` writes one) and the installed distribution's version (None when it was
+    not installed, only put on the path)."""
+    import importlib
+    import importlib.metadata
+    from pathlib import Path
+
+    from .fast_llm import COMMIT_FILE, checkout_commit
+
+    package = importlib.import_module(PACKAGES[variant].split(".")[0])
+    folder = Path(package.__file__).resolve().parent
+    commit = None
+    for candidate in [folder, *folder.parents][:4]:
+        if (candidate / COMMIT_FILE).is_file():
+            commit = checkout_commit(candidate)
+            break
+    try:
+        version = importlib.metadata.version(DISTRIBUTIONS[variant])
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    try:
+        shown = folder.relative_to(Path.cwd())  # a checkout under the repository, as Fast-LLM's path is written
+    except ValueError:
+        shown = folder
+    return {f"{variant}_path": str(shown), f"{variant}_commit": commit, f"{variant}_version": version}
 
 
 def supports(variant: str, loss: str, target_format: str) -> bool:
@@ -219,7 +249,7 @@ def prepare(logits, target, *, loss="cross_entropy", target_format="labels", var
 
     if variant == "torch_compile":
         return TorchPlan(variant, _first_call_with_torch_ptxas(step))
-    return TorchPlan(variant, step)
+    return TorchPlan(variant, step, config=peer_source(variant) if variant in LABELS_ONLY else {})
 
 
 def _first_call_with_torch_ptxas(step):

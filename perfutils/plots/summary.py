@@ -119,19 +119,33 @@ def _dates(meta: dict) -> str:
     return "?" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
 
 
-def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16") -> list[str]:
-    """The source line, the worst cells of the whole grid, and the quoted quack figures beside the public call."""
+def _peer_versions(df, peer: str) -> list[str]:
+    """The commits (8 digits) or versions a peer's rows recorded in their ``plan_config`` (``<peer>_commit``,
+    ``<peer>_version``), one entry each, sorted."""
     import json
 
+    if "plan_config" not in df:
+        return []
+    found = set()
+    for config in df.loc[df["variant"] == peer, "plan_config"].dropna():
+        config = json.loads(config)
+        commit, version = config.get(f"{peer}_commit"), config.get(f"{peer}_version")
+        if commit or version:
+            found.add(str(commit)[:8] if commit else str(version))
+    return sorted(found)
+
+
+def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16") -> list[str]:
+    """The source line, the worst cells of the whole grid, and the quoted quack figures beside the public call."""
     from .vocab_sweep import worst_cells
 
     copy = meta.get("copy_gbps")
-    fast_llm = sorted({str(json.loads(c).get("fast_llm_commit"))[:8] for c in df.loc[df["variant"] == "fast_llm",
-                                                                                   "plan_config"].dropna()}
-                      - {"None"}) if "plan_config" in df else []  # one entry per commit, however it was written
+    fast_llm = _peer_versions(df, "fast_llm")
+    liger = _peer_versions(df, "liger")
     source = (f"ms, median of CUDA-event timings (do_bench, L2 flushed), {tokens} tokens, {dtype}, fwd+bwd; "
               f"{meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}"
               + (f", Fast-LLM {', '.join(fast_llm)}" if fast_llm else "")
+              + (f", Liger-Kernel {', '.join(liger)}" if liger else "")
               + (f", copy bandwidth {copy:.0f} GB/s" if copy else "")
               + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
               "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
