@@ -5,6 +5,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py time                 # time every plan one after another: one JSON line each
   python scripts/explore_lagged.py compile-read-ahead PART PARTS, time-read-ahead   # the same for read_ahead (run E)
   python scripts/explore_lagged.py compile-rows PART PARTS, time-rows   # one program per row, keep_last (run F)
+  python scripts/explore_lagged.py compile-caps PART PARTS, time-caps   # deeper register caps (run G)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
 
@@ -12,7 +13,7 @@ The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE)
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
 ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
 ``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
-(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (run F).
+(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (runs F, G).
 """
 import json
 import math
@@ -53,6 +54,14 @@ ROW_CELLS = ([("cross_entropy", "labels", vocab) for vocab in [32000, 32064, 327
 ROW_CONFIGS = [(tile, warps, {"split": False, **keep}) for tile, warps in
                [(32768, 16), (16384, 16), (16384, 8), (8192, 8), (8192, 4), (4096, 4)]
                for keep in ({}, {"keep_last": True})] + [(8192, 4, {}), (4096, 4, {})]
+# Run G (2026-11-25): labels CE's lagged kernel on rows that are not 16-byte aligned compiles to 128 registers where
+# the aligned rows' takes 80 (4096-column chunks), yet runs without spilling under a cap of 64 (offline sm_90
+# compile); the search's twins stop two programs per SM above ptxas's count (96, 80). Deeper caps, both token counts.
+CAP_CELLS = [("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 16384)
+             for vocab in [32000, 50257, 50304, 100277]]
+CAP_CONFIGS = ([(4096, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 96, 80, 72, 64)]
+               + [(8192, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 128, 96, 80)]
+               + [(2048, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 64, 56)])
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # the same kernels on rows that are and are not 16-byte aligned
@@ -61,8 +70,10 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
                                ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
 
 
-def configs(vocab, read_ahead=False, rows=False):
-    if rows:  # a tile wider than the row is the single-tile kernel, which the search already tries
+def configs(vocab, read_ahead=False, per_row=False, caps=False):
+    if caps:
+        return CAP_CONFIGS
+    if per_row:  # a tile wider than the row is the single-tile kernel, which the search already tries
         return [(b, w, o) for b, w, o in ROW_CONFIGS if b < vocab or (b == 32768 and not o.get("keep_last"))]
     if read_ahead:
         return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
@@ -105,14 +116,18 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
-def run(phase, part=0, parts=1, read_ahead=False, rows=False):
+def run(phase, part=0, parts=1, read_ahead=False, per_row=False, caps=False):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
-    for index, (loss, fmt, vocab) in enumerate(ROW_CELLS if rows else READ_AHEAD_CELLS if read_ahead else CELLS):
+    cells = (CAP_CELLS if caps else [(*cell, TOKENS) for cell in
+                                     (ROW_CELLS if per_row else READ_AHEAD_CELLS if read_ahead else CELLS)])
+    for index, (loss, fmt, vocab, tokens) in enumerate(cells):
         if not timing and index % parts != part:
             continue
-        x, t = inputs(fmt, vocab)
-        nbytes = TOKENS * vocab * 2 * (2 if fmt == "labels" else 3)
+        if not timing:  # the kernels a cell compiles do not depend on its row count (both multiples of 16)
+            tokens = min(tokens, TOKENS)
+        x, t = inputs(fmt, vocab, tokens)
+        nbytes = tokens * vocab * 2 * (2 if fmt == "labels" else 3)
         if timing:
             out = torch.empty_like(x)
             for block, warps in [(4096, 4), (8192, 8)]:
@@ -121,12 +136,12 @@ def run(phase, part=0, parts=1, read_ahead=False, rows=False):
                 print(json.dumps({"lag": LAG, "loss": loss, "vocab": vocab, "cfg": f"stream{block}/{warps}",
                                   "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
             del out
-            rows = torch.randperm(TOKENS, device="cuda")[:16]
+            rows = torch.randperm(tokens, device="cuda")[:16]
             ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
-                           for i in range(0, TOKENS, 256)) / TOKENS
+                           for i in range(0, tokens, 256)) / tokens
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
-        for block, warps, options in configs(vocab, read_ahead, rows):
-            record = {"lag": LAG, "loss": loss, "vocab": vocab, "cfg": label(block, warps, options)}
+        for block, warps, options in configs(vocab, read_ahead, per_row, caps):
+            record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options)}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                        num_warps=warps, **options)
@@ -134,12 +149,14 @@ def run(phase, part=0, parts=1, read_ahead=False, rows=False):
                 if timing:
                     value, grad = plan.run()
                     loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
-                    grad_err = float((grad[rows].double() * TOKENS / 16 - ref_grad).norm() / ref_grad.norm())
+                    grad_err = float((grad[rows].double() * tokens / 16 - ref_grad).norm() / ref_grad.norm())
                     if max(loss_err, grad_err) > 1e-2:
                         raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
                     ms = triton.testing.do_bench(plan.run, return_mode="median")
+                    compiled = plan.launches[0].compiled
                     record.update(ms=round(ms, 4), pct=round(nbytes / ms / 1e6 / copy * 100, 1),
-                                  err=round(max(loss_err, grad_err), 5), regs=plan.launches[0].compiled.n_regs)
+                                  err=round(max(loss_err, grad_err), 5), regs=compiled.n_regs,
+                                  spills=getattr(compiled, "n_spills", None))
                 del plan
             except Exception as error:  # noqa: BLE001 - an exploration records what failed and goes on
                 record["error"] = f"{type(error).__name__}: {error}"[:160]
@@ -165,10 +182,11 @@ if __name__ == "__main__":
     command = sys.argv[1]
     if command in PROBES:
         probe(PROBES[command])
-    elif command in ("compile", "compile-read-ahead", "compile-rows"):
+    elif command in ("compile", "compile-read-ahead", "compile-rows", "compile-caps"):
         run("compile", int(sys.argv[2]), int(sys.argv[3]), read_ahead=command.endswith("read-ahead"),
-            rows=command.endswith("rows"))
-    elif command in ("time", "time-read-ahead", "time-rows"):
-        run("time", read_ahead=command.endswith("read-ahead"), rows=command.endswith("rows"))
+            per_row=command.endswith("rows"), caps=command.endswith("caps"))
+    elif command in ("time", "time-read-ahead", "time-rows", "time-caps"):
+        run("time", read_ahead=command.endswith("read-ahead"), per_row=command.endswith("rows"),
+            caps=command.endswith("caps"))
     else:
         raise SystemExit(__doc__)
