@@ -14,6 +14,8 @@
 #   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-7d61a1ba scripts/collect_h100.sh vocab-peers-4096-1
 # Issue 13's grid with every provider of a cell in one process (public_call.csv: public call, autograd form, plan,
 # Fast-LLM): vocab-same-4096-1 and vocab-same-16384-1, with FAST_LLM_PATH as above.
+# Where the tree was copied to the GPU machine with an older .git (git_commit would name that older commit), name
+# the code's commit for the sidecars: FUSED_LOSS_CODE_COMMIT=<git rev-parse HEAD of the copied tree>.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 stage="${1:?stage}"

@@ -355,6 +355,20 @@ def test_any_text_and_float_round_trip(tmp_path_factory, message, value):
 # ---- metadata --------------------------------------------------------------------------------
 
 
+def test_collect_metadata_records_the_code_commit_it_is_given(monkeypatch):
+    """A tree copied to the GPU machine with an old .git names its real commit through $FUSED_LOSS_CODE_COMMIT; a value
+    that is not a commit hash is refused before anything is measured."""
+    from perfutils.measure.metadata import CODE_COMMIT_ENV, collect_metadata
+
+    monkeypatch.delenv(CODE_COMMIT_ENV, raising=False)
+    assert "code_commit" not in collect_metadata({})
+    monkeypatch.setenv(CODE_COMMIT_ENV, "e4f1f635d3e01136445367f1dc5c5749ca76c861")
+    assert collect_metadata({})["code_commit"] == "e4f1f635d3e01136445367f1dc5c5749ca76c861"
+    monkeypatch.setenv(CODE_COMMIT_ENV, "HEAD")
+    with pytest.raises(ValueError, match=CODE_COMMIT_ENV):
+        collect_metadata({})
+
+
 def test_collect_metadata_works_without_a_gpu():
     import torch
 

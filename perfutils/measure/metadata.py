@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -87,6 +89,21 @@ def _probe_nvidia_smi(meta: dict[str, Any], device_index: int) -> None:
         meta[key] = _number_or_text(value)
 
 
+# The commit the measured code came from, named by whoever copied the tree to the GPU machine: a copy whose .git is
+# older than its files records an old git_commit with git_dirty True (the H100 sweeps of 2026-11-23 to -25 did).
+CODE_COMMIT_ENV = "FUSED_LOSS_CODE_COMMIT"
+
+
+def _code_commit() -> str | None:
+    value = os.environ.get(CODE_COMMIT_ENV)
+    if value is None:
+        return None
+    if not re.fullmatch(r"[0-9a-f]{7,40}", value.strip()):
+        raise ValueError(f"{CODE_COMMIT_ENV} must be a git commit hash (7 to 40 lowercase hex digits), got "
+                         f"{value[:60]!r}")
+    return value.strip()
+
+
 def _probe_git(meta: dict[str, Any]) -> None:
     if shutil.which("git") is None:
         raise RuntimeError("git not found on PATH")
@@ -123,8 +140,10 @@ def collect_metadata(
     sm_count, l2_bytes, total_memory_bytes, driver_version, sm_clock_mhz, mem_clock_mhz,
     sm_clock_max_mhz, mem_clock_max_mhz, sm_clock_app_mhz, power_limit_w, cuda_version,
     torch_version, triton_version, python_version, platform, git_commit, git_dirty, copy_gbps,
-    parameters, probe_errors``.
+    parameters, probe_errors``; and ``code_commit`` when ``$FUSED_LOSS_CODE_COMMIT`` names the commit the code came
+    from (a ValueError when it is not a commit hash: a wrong provenance is worse than none).
     """
+    code_commit = _code_commit()
     if parameters is None:
         parameters = {}
     if not isinstance(parameters, Mapping):
@@ -185,5 +204,7 @@ def collect_metadata(
         _probe_git(meta)
     except Exception as exc:
         errors["git"] = f"{type(exc).__name__}: {exc}"
+    if code_commit is not None:
+        meta["code_commit"] = code_commit
     meta["probe_errors"] = errors
     return meta
