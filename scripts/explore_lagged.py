@@ -70,19 +70,29 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
                                ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
 
 
-def configs(vocab, read_ahead=False, per_row=False, caps=False):
-    if caps:
-        return CAP_CONFIGS
-    if per_row:  # a tile wider than the row is the single-tile kernel, which the search already tries
-        return [(b, w, o) for b, w, o in ROW_CONFIGS if b < vocab or (b == 32768 and not o.get("keep_last"))]
-    if read_ahead:
-        return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
+def lagged_configs(vocab):
+    """Runs A to D: the search's lagged and unsplit candidates, wider chunks, prefetching."""
     out = [(b, w, o) for b, w, o in CONFIGS if b < vocab and math.ceil(vocab / b) <= (128 if b == 1024 else 64)]
     if vocab <= 65536:  # one program per row (the search's unsplit candidates)
         tile = min(32768, triton.next_power_of_2(vocab))
         out += [(tile, max(4, min(32, tile // 1024)), {"split": False}),
                 (tile // 2, max(4, min(32, tile // 2048)), {"split": False})]
     return out
+
+
+def read_ahead_configs(vocab):
+    return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
+
+
+def row_configs(vocab):  # a tile wider than the row is the single-tile kernel, which the search already tries
+    return [(b, w, o) for b, w, o in ROW_CONFIGS if b < vocab or (b == 32768 and not o.get("keep_last"))]
+
+
+# The runs by command suffix ("compile<suffix>", "time<suffix>"): (cells as (loss, format, vocab, tokens), configs).
+RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
+        "-read-ahead": ([(*cell, TOKENS) for cell in READ_AHEAD_CELLS], read_ahead_configs),
+        "-rows": ([(*cell, TOKENS) for cell in ROW_CELLS], row_configs),
+        "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
@@ -116,11 +126,9 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
-def run(phase, part=0, parts=1, read_ahead=False, per_row=False, caps=False):
+def run(phase, cells, configs, part=0, parts=1):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
-    cells = (CAP_CELLS if caps else [(*cell, TOKENS) for cell in
-                                     (ROW_CELLS if per_row else READ_AHEAD_CELLS if read_ahead else CELLS)])
     for index, (loss, fmt, vocab, tokens) in enumerate(cells):
         if not timing and index % parts != part:
             continue
@@ -140,7 +148,7 @@ def run(phase, part=0, parts=1, read_ahead=False, per_row=False, caps=False):
             ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
                            for i in range(0, tokens, 256)) / tokens
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
-        for block, warps, options in configs(vocab, read_ahead, per_row, caps):
+        for block, warps, options in configs(vocab):
             record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options)}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
@@ -182,11 +190,9 @@ if __name__ == "__main__":
     command = sys.argv[1]
     if command in PROBES:
         probe(PROBES[command])
-    elif command in ("compile", "compile-read-ahead", "compile-rows", "compile-caps"):
-        run("compile", int(sys.argv[2]), int(sys.argv[3]), read_ahead=command.endswith("read-ahead"),
-            per_row=command.endswith("rows"), caps=command.endswith("caps"))
-    elif command in ("time", "time-read-ahead", "time-rows", "time-caps"):
-        run("time", read_ahead=command.endswith("read-ahead"), per_row=command.endswith("rows"),
-            caps=command.endswith("caps"))
+    elif command.startswith("compile") and command[len("compile"):] in RUNS:
+        run("compile", *RUNS[command[len("compile"):]], int(sys.argv[2]), int(sys.argv[3]))
+    elif command.startswith("time") and command[len("time"):] in RUNS:
+        run("time", *RUNS[command[len("time"):]])
     else:
         raise SystemExit(__doc__)

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .metadata import commit_hash
+
 __all__ = [
     "ENV_VAR",
     "FastLLM",
@@ -85,10 +87,7 @@ def checkout_commit(path: str | os.PathLike) -> str | None:
     path = Path(path)
     marker = path / COMMIT_FILE
     if marker.is_file():
-        commit = marker.read_text(encoding="utf-8").strip()
-        if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
-            raise ValueError(f"{marker} must hold a git commit hash, got {commit[:60]!r}")
-        return commit
+        return commit_hash(marker.read_text(encoding="utf-8"), str(marker))
     try:
         done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
                               text=True, timeout=10, check=False)

@@ -94,14 +94,17 @@ def _probe_nvidia_smi(meta: dict[str, Any], device_index: int) -> None:
 CODE_COMMIT_ENV = "FUSED_LOSS_CODE_COMMIT"
 
 
+def commit_hash(value: str, where: str) -> str:
+    """``value`` stripped when it is a git commit hash (7 to 40 lowercase hex digits); else a ValueError naming
+    ``where`` it came from."""
+    if not re.fullmatch(r"[0-9a-f]{7,40}", value.strip()):
+        raise ValueError(f"{where} must hold a git commit hash (7 to 40 lowercase hex digits), got {value[:60]!r}")
+    return value.strip()
+
+
 def _code_commit() -> str | None:
     value = os.environ.get(CODE_COMMIT_ENV)
-    if value is None:
-        return None
-    if not re.fullmatch(r"[0-9a-f]{7,40}", value.strip()):
-        raise ValueError(f"{CODE_COMMIT_ENV} must be a git commit hash (7 to 40 lowercase hex digits), got "
-                         f"{value[:60]!r}")
-    return value.strip()
+    return None if value is None else commit_hash(value, CODE_COMMIT_ENV)
 
 
 def _probe_git(meta: dict[str, Any]) -> None:

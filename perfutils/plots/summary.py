@@ -100,9 +100,7 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
         cells += ["-" if pd.isna(pct) else f"{pct:.0f}%", "-" if pd.isna(host) else f"{host:.0f}",
                   "-" if pd.isna(syncs) else f"{int(syncs)}"]
         lines.append(f"| {row.loss_label} {row.vocab} | " + " | ".join(cells) + " |")
-    notes = vocab_sweep_lines(df, meta, gpu_dir, tokens, dtype)
-    if not grid_lines:
-        notes = notes[:1]
+    notes = vocab_sweep_lines(df, meta, gpu_dir, tokens, dtype, grid=grid_lines)
     if absent:
         notes.insert(1, f"Not measured at these cells yet: {', '.join(absent)} (notebook 09 lists what the recorded "
                         "grid holds).")
@@ -135,8 +133,10 @@ def _peer_versions(df, peer: str) -> list[str]:
     return sorted(found)
 
 
-def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16") -> list[str]:
-    """The source line, the worst cells of the whole grid, and the quoted quack figures beside the public call."""
+def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16",
+                      grid: bool = True) -> list[str]:
+    """The source line, then with ``grid`` the worst cells of the whole grid and the quoted quack figures beside the
+    public call."""
     from .vocab_sweep import worst_cells
 
     copy = meta.get("copy_gbps")
@@ -150,6 +150,8 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
               + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
               "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
     lines = [source]
+    if not grid:
+        return lines
     worst = worst_cells(df, dtype=dtype)
     if "vs_peer" in worst:
         cell = worst["vs_peer"]
