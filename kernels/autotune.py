@@ -33,7 +33,11 @@ from .problem import Problem
 
 CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
 MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a row (see candidates)
-TWINS = 2  # the two fastest lagged candidates are also timed under register caps (see _search)
+# The fastest lagged candidates are timed again under register caps that fit this many more programs per SM (see
+# _search): three for the fastest (rows that are not 16-byte aligned took labels CE's 4096-column kernel from 80 to
+# 128 registers, where a cap of 72, seven programs, ran fastest: logs/explore_rows_2026-11-25.txt, run H), two for
+# the runner-up.
+TWIN_STEPS = (3, 2)
 _MEMORY: dict[tuple, dict] = {}
 _LOCK = threading.Lock()
 
@@ -164,8 +168,9 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
     # always the least it needs: perfutils.model.occupancy.register_caps_for_more_blocks); a cap that spills is
     # timed like any candidate and loses.
-    for _ms, (variant, block_size, num_warps, options), compiled in sorted(lagged, key=lambda item: item[0])[:TWINS]:
-        for cap in capped_registers(compiled):
+    fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
+    for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
+        for cap in capped_registers(compiled, steps):
             timed.append(_time_candidate(planners, problem, variant, block_size, num_warps,
                                          {**options, "maxnreg": cap})[0])
     ok = [entry for entry in timed if "ms" in entry]
@@ -187,15 +192,15 @@ def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: 
     return entry, plan
 
 
-def capped_registers(compiled) -> list[int]:
+def capped_registers(compiled, steps: int = 2) -> list[int]:
     """maxnreg values to time a launched kernel under again: its own register count (an explicit cap at the count
     ptxas chose anyway ran 2-4% faster on the H100: lagged labels CE at 80 registers, 4096 x 49152-65536,
     ``scripts/ab_register_cap.py``, ``data/h100-sxm-80gb/logs/ab_register_cap_2026-11-23.txt``), then the caps that
-    fit one and two more programs per SM ([] when its counts cannot be read)."""
+    fit one, two, ... ``steps`` more programs per SM ([] when its counts cannot be read)."""
     try:
         from perfutils.model.occupancy import register_caps_of_compiled
 
-        more = [cap for cap, _blocks in register_caps_of_compiled(compiled)]
+        more = [cap for cap, _blocks in register_caps_of_compiled(compiled, steps=steps)]
     except Exception:  # noqa: BLE001 - perfutils missing, another Triton's kernel object: no twins, no harm
         return []
     own = getattr(compiled, "n_regs", None)

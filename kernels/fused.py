@@ -83,7 +83,7 @@ def fused_loss_kernel(
             x2, t2 = load_tiles(x_body, t_body, cols, body, LOSS)
             m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2, LOSS)
             if PEEL:
-                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, LOSS, VEC)
+                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, valid, LOSS, VEC)
                 em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
                 r_m_x, r_s_x, r_m_t, r_s_t, r_acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t,
                                                                        es_t, eacc, LOSS)
@@ -116,7 +116,7 @@ def fused_loss_kernel(
                 m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, km_x, ks_x, km_t, ks_t, kacc,
                                                              LOSS)
             if PEEL:
-                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, LOSS, VEC)
+                ex2, et2, ecols, evalid = load_edge(x_row, t_row, head, body, n_cols, valid, LOSS, VEC)
                 em_x, es_x, em_t, es_t, eacc, _e_x, _e_t = tile_statistics(ex2, et2, LOSS)
                 m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t, eacc,
                                                              LOSS)

@@ -135,11 +135,19 @@ def body_offset(row_offset, head, PEEL: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def load_edge(x_row, t_row, head, body, n_cols, LOSS: tl.constexpr, VEC: tl.constexpr):
-    """A row's head and tail columns (see :func:`row_peel`) as one tile of 2 * VEC lanes: (x2, t2, cols, valid)."""
+def edge_columns(head, body, n_cols, VEC: tl.constexpr):
+    """The columns of a row's head and tail tile (:func:`load_edge`) and which of its lanes are in the row."""
     lanes = tl.arange(0, 2 * VEC)
     cols = tl.where(lanes < head, lanes, body + lanes)
-    valid = cols < n_cols
+    return cols, cols < n_cols
+
+
+@triton.jit
+def load_edge(x_row, t_row, head, body, n_cols, take, LOSS: tl.constexpr, VEC: tl.constexpr):
+    """A row's head and tail columns (see :func:`row_peel`) as one tile of 2 * VEC lanes: (x2, t2, cols, valid);
+    nothing is read where ``take`` is false (a scalar: lets a caller issue the loads early, unconditionally)."""
+    cols, in_row = edge_columns(head, body, n_cols, VEC)
+    valid = in_row & take
     x2 = base2(tl.load(x_row + cols, mask=valid, other=float("-inf")))
     t2 = x2
     if LOSS != CE_LABELS:

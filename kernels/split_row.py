@@ -40,6 +40,7 @@ from .row_math import (
     body_offset,
     call_scales,
     combine_statistics,
+    edge_columns,
     load_edge,
     row_peel,
     slot_and_chunk,
@@ -337,6 +338,11 @@ def split_row_lagged_kernel(
         # Chunks cover each row's 16-byte body (the whole row without PEEL).
         head_cur, body_cur = row_peel(cur * logits_stride, n_cols, PEEL, VEC)
         head_old, body_old = row_peel(old * logits_stride, n_cols, PEEL, VEC)
+        # PEEL: the last chunk's program also takes each row's head and tail columns. Their reads are issued with the
+        # chunks' (masked off in the other programs), so their latency overlaps the chunks' instead of coming after
+        # them: a program that waited for them would publish late, and every program of its rows waits for it.
+        ex_cur, et_cur = edge_tiles(logits_ptr + cur * logits_stride, target_ptr + cur * target_stride, head_cur,
+                                    body_cur, n_cols, cur_valid & (chunk == NUM_CHUNKS - 1), LOSS, PEEL, VEC)
         if PREFETCH:  # this step's chunk arrived during the last step; request the next step's
             x_cur, t_cur = x_next, t_next
             ahead = tl.minimum(nxt, n_rows - 1)
@@ -344,8 +350,7 @@ def split_row_lagged_kernel(
             x_next, t_next = load_chunk(logits_ptr, target_ptr, ahead, head_ahead, body_ahead, nxt_valid, start, cols,
                                         logits_stride, target_stride, LOSS, PEEL, VEC)
             if cur_valid:  # summarise while the old row's chunk comes from L2
-                summarise_chunk(x_cur, t_cur, logits_ptr, target_ptr, partials_ptr, cur, head_cur, body_cur, chunk,
-                                n_cols, logits_stride, target_stride, LOSS, NUM_CHUNKS, PEEL, VEC)
+                summarise_chunk(x_cur, t_cur, ex_cur, et_cur, partials_ptr, cur, chunk, LOSS, NUM_CHUNKS, PEEL)
         else:
             x_cur, t_cur = load_chunk(logits_ptr, target_ptr, cur, head_cur, body_cur, cur_valid, start, cols,
                                       logits_stride, target_stride, LOSS, PEEL, VEC)
@@ -357,6 +362,9 @@ def split_row_lagged_kernel(
                                       target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start,
                                       cols, old_width, LOSS, "evict_first")
         g_old = grad_ptr + body_offset(old * n_cols, head_old, PEEL, VEC) + start
+        old_edge = old_valid & (chunk == NUM_CHUNKS - 1) & COMPUTE_GRAD
+        ex_old, et_old = edge_tiles(x_old_row, target_ptr + old * target_stride, head_old, body_old, n_cols, old_edge,
+                                    LOSS, PEEL, VEC)
         in_old = cols < body_old - start
         x_label = label_logit(x_old_row, tl.where(old_valid, label, 0), n_cols, LOSS)
         if not POLL_FIRST:  # poll with every read in flight
@@ -378,11 +386,10 @@ def split_row_lagged_kernel(
                 tl.store(g_old + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_old,
                          eviction_policy="evict_first")
                 if PEEL:
-                    if chunk == NUM_CHUNKS - 1:  # the row's head and tail columns (the last chunk is the lightest)
-                        ex2, et2, ecols, evalid = load_edge(x_old_row, target_ptr + old * target_stride, head_old,
-                                                            body_old, n_cols, LOSS, VEC)
-                        egrad = gradient_from_summary(ex2, et2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, ecols,
-                                                      label, loss, LOSS)
+                    if chunk == NUM_CHUNKS - 1:  # the row's head and tail columns (read with the chunks, above)
+                        ecols, evalid = edge_columns(head_old, body_old, n_cols, VEC)
+                        egrad = gradient_from_summary(ex_old, et_old, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2,
+                                                      ecols, label, loss, LOSS)
                         tl.store(grad_ptr + old * n_cols + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty),
                                  mask=evalid)
         elif row >= behind:  # a skipped old row: zero loss and gradient
@@ -397,8 +404,7 @@ def split_row_lagged_kernel(
 
         if not PREFETCH:
             if cur_valid:
-                summarise_chunk(x_cur, t_cur, logits_ptr, target_ptr, partials_ptr, cur, head_cur, body_cur, chunk,
-                                n_cols, logits_stride, target_stride, LOSS, NUM_CHUNKS, PEEL, VEC)
+                summarise_chunk(x_cur, t_cur, ex_cur, et_cur, partials_ptr, cur, chunk, LOSS, NUM_CHUNKS, PEEL)
         cur_valid = nxt_valid
     # This program's words of the other half back to EMPTY_BITS for the next call (after the loop: in it, the
     # stores cost the lagged kernel registers).
@@ -418,16 +424,24 @@ def load_chunk(logits_ptr, target_ptr, row, head, body, valid, start, cols, logi
 
 
 @triton.jit
-def summarise_chunk(x, t, logits_ptr, target_ptr, partials_ptr, row, head, body, chunk, n_cols, logits_stride,
-                    target_stride, LOSS: tl.constexpr, NUM_CHUNKS: tl.constexpr, PEEL: tl.constexpr,
-                    VEC: tl.constexpr):
+def edge_tiles(x_row, t_row, head, body, n_cols, take, LOSS: tl.constexpr, PEEL: tl.constexpr, VEC: tl.constexpr):
+    """With PEEL, a row's head and tail columns as base-2 tiles (row_math.load_edge; nothing read where ``take`` is
+    false); without, placeholders that are never used."""
+    ex2 = 0.0
+    et2 = 0.0
+    if PEEL:
+        ex2, et2, _cols, _valid = load_edge(x_row, t_row, head, body, n_cols, take, LOSS, VEC)
+    return ex2, et2
+
+
+@triton.jit
+def summarise_chunk(x, t, ex2, et2, partials_ptr, row, chunk, LOSS: tl.constexpr, NUM_CHUNKS: tl.constexpr,
+                    PEEL: tl.constexpr):
     """Summarise a row's chunk and publish it (plain stores: see EMPTY_BITS); with PEEL the last chunk's summary also
-    covers the row's head and tail columns."""
+    covers the row's head and tail columns (``ex2``, ``et2``: edge_tiles, read by the caller with the chunk)."""
     m_x, s_x, m_t, s_t, acc, _e_x, _e_t = tile_statistics(base2(x), base2(t), LOSS)
     if PEEL:
         if chunk == NUM_CHUNKS - 1:
-            ex2, et2, _ecols, _evalid = load_edge(logits_ptr + row * logits_stride, target_ptr + row * target_stride,
-                                                  head, body, n_cols, LOSS, VEC)
             em_x, es_x, em_t, es_t, eacc, _edge_e_x, _edge_e_t = tile_statistics(ex2, et2, LOSS)
             m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, em_x, es_x, em_t, es_t, eacc, LOSS)
     store_partials(partials_ptr + row * (N_PARTIALS * NUM_CHUNKS) + chunk, NUM_CHUNKS, m_x, s_x, m_t, s_t, acc, LOSS)

@@ -6,6 +6,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-read-ahead PART PARTS, time-read-ahead   # the same for read_ahead (run E)
   python scripts/explore_lagged.py compile-rows PART PARTS, time-rows   # one program per row, keep_last (run F)
   python scripts/explore_lagged.py compile-caps PART PARTS, time-caps   # deeper register caps (run G)
+  python scripts/explore_lagged.py compile-edge PART PARTS, time-edge   # head/tail read with the chunk (run H)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
 
@@ -62,6 +63,13 @@ CAP_CELLS = [("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 163
 CAP_CONFIGS = ([(4096, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 96, 80, 72, 64)]
                + [(8192, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 128, 96, 80)]
                + [(2048, 4, {"maxnreg": cap} if cap else {}) for cap in (None, 64, 56)])
+# Run H (2026-11-25): the last chunk's program reads each row's head and tail with its chunk (edge_tiles) instead of
+# after it; the same configurations before and after the change (two code trees, alternated), rows that are and are
+# not 16-byte aligned, both token counts.
+EDGE_CELLS = [(loss, fmt, vocab, tokens) for tokens in (4096, 16384) for loss, fmt in
+              [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
+               ("reverse_kl", "logits")] for vocab in [50257, 50304, 100277]]
+EDGE_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 128}), (4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 96})]
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # the same kernels on rows that are and are not 16-byte aligned
@@ -92,7 +100,8 @@ def row_configs(vocab):  # a tile wider than the row is the single-tile kernel, 
 RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-read-ahead": ([(*cell, TOKENS) for cell in READ_AHEAD_CELLS], read_ahead_configs),
         "-rows": ([(*cell, TOKENS) for cell in ROW_CELLS], row_configs),
-        "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS)}
+        "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS),
+        "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
@@ -141,7 +150,7 @@ def run(phase, cells, configs, part=0, parts=1):
             for block, warps in [(4096, 4), (8192, 8)]:
                 ms = triton.testing.do_bench(lambda: stream_kernel[(triton.cdiv(x.numel(), block),)](
                     x, t, out, x.numel(), TWO=fmt != "labels", BLOCK=block, num_warps=warps), return_mode="median")
-                print(json.dumps({"lag": LAG, "loss": loss, "vocab": vocab, "cfg": f"stream{block}/{warps}",
+                print(json.dumps({"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": f"stream{block}/{warps}",
                                   "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
             del out
             rows = torch.randperm(tokens, device="cuda")[:16]

@@ -55,7 +55,7 @@ def fake_planner(problem, block_size, num_warps, **options):
 def test_search_keeps_the_fastest_and_records_failures(monkeypatch):
     times = iter([1.0, 0.5, 2.0, 0.7, 0.9, 3.0, 1.1])
     monkeypatch.setattr(autotune, "_time_plan", lambda plan, repeats: next(times))
-    monkeypatch.setattr(autotune, "capped_registers", lambda compiled: [])
+    monkeypatch.setattr(autotune, "capped_registers", lambda compiled, steps: [])
     entry = autotune._search(problem(n_cols=50257), None, {"split_row": fake_planner})
     ok = [c for c in entry["candidates"] if "ms" in c]
     assert entry["ms"] == min(c["ms"] for c in ok) and entry["source"] == "first-call search"
@@ -63,8 +63,9 @@ def test_search_keeps_the_fastest_and_records_failures(monkeypatch):
 
 
 def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeypatch):
-    """The two fastest lagged candidates are timed again with every cap capped_registers offers; a capped twin that
-    is fastest wins, with its maxnreg in the options a later call plans with."""
+    """The two fastest lagged candidates are timed again with every cap capped_registers offers (up to three more
+    programs per SM for the fastest, two for the runner-up); a capped twin that is fastest wins, with its maxnreg in
+    the options a later call plans with."""
     base = {("split_row", 4096, 4): 0.50, ("split_row", 8192, 4): 0.60, ("split_row", 8192, 8): 0.70}
 
     def fake_time(plan, repeats):
@@ -76,9 +77,10 @@ def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeyp
 
     capped = []
     monkeypatch.setattr(autotune, "_time_plan", fake_time)
-    monkeypatch.setattr(autotune, "capped_registers", lambda compiled: capped.append(compiled) or [96, 80])
+    monkeypatch.setattr(autotune, "capped_registers",
+                        lambda compiled, steps: capped.append((compiled, steps)) or [96, 80])
     entry = autotune._search(problem(n_cols=50304), None, {"split_row": fake_planner})
-    assert capped == ["kernel 4096/4", "kernel 8192/4"]  # the two fastest lagged candidates, fastest first
+    assert capped == [("kernel 4096/4", 3), ("kernel 8192/4", 2)]  # the two fastest lagged candidates, fastest first
     twins = [c for c in entry["candidates"] if "maxnreg" in c["options"]]
     assert [(c["block_size"], c["options"]["maxnreg"]) for c in twins] == [(4096, 96), (4096, 80), (8192, 96),
                                                                           (8192, 80)]
@@ -92,6 +94,8 @@ def test_capped_registers_reads_a_launched_kernel():
     assert autotune.capped_registers(kernel) == [128, 96, 80]  # its own count first
     kernel.n_regs = 80  # 6 blocks; 72 fits 7, 64 fits 8
     assert autotune.capped_registers(kernel) == [80, 72, 64]
+    kernel.n_regs = 128
+    assert autotune.capped_registers(kernel, 3) == [128, 96, 80, 72]  # and 72 fits 7
     assert autotune.capped_registers(object()) == []
 
 
