@@ -34,9 +34,9 @@ from .problem import Problem
 CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
 MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a row (see candidates)
 # The fastest lagged candidates are timed again under register caps that fit this many more programs per SM (see
-# _search): three for the fastest (rows that are not 16-byte aligned took labels CE's 4096-column kernel from 80 to
-# 128 registers, where a cap of 72, seven programs, ran fastest: logs/explore_rows_2026-11-25.txt, run H), two for
-# the runner-up.
+# _search): three for the fastest (rows that are not 16-byte aligned take labels CE's 4096-column kernel from 80 to
+# 128 registers; capped at 72, seven programs, it ran 8-9 points faster: logs/explore_rows_2026-11-25.txt, run H),
+# two for the runner-up.
 TWIN_STEPS = (3, 2)
 _MEMORY: dict[tuple, dict] = {}
 _LOCK = threading.Lock()

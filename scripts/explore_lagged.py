@@ -14,7 +14,7 @@ The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE)
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
 ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
 ``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
-(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (runs F, G).
+(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (runs F to H).
 """
 import json
 import math
