@@ -250,9 +250,10 @@ def can_launch_directly(device: torch.device) -> bool:
 
 
 class TemplateCache:
-    """Call templates (or other per-key launches) by key, least recently used first out; a key that cannot have one
-    maps to None (its calls plan every time). Bounded: a workload whose shapes change every call (token counts that
-    vary per step) keeps at most ``max_entries`` templates and their workspaces."""
+    """Call templates (or other per-key values: launches, the vocab-parallel call's checked hosts) by key, least
+    recently used first out; a key that cannot have one maps to None (its calls plan every time). Bounded: a workload
+    whose shapes change every call (token counts that vary per step) keeps at most ``max_entries`` templates and
+    their workspaces."""
 
     def __init__(self, max_entries: int = 256) -> None:
         self._entries: OrderedDict[tuple, CallTemplate | None] = OrderedDict()

@@ -451,7 +451,11 @@ def make_template(vp: VocabParallelProblem, plan: VocabParallelPlan) -> VocabPar
 
 
 TEMPLATES = TemplateCache()
-_HOSTS: dict = {}  # the calls checked across the ranks (group, signature) -> the hosts the ranks run on
+# The calls checked across the ranks, (group, signature) -> the hosts the ranks run on; bounded like the call
+# templates (token counts that vary per step would otherwise add an entry per count, forever). Every rank makes the
+# same calls in the same order (the collectives need it), so every rank evicts the same entries and re-checks the same
+# calls together.
+_HOSTS = TemplateCache()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -510,11 +514,13 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
     signature = call_signature(vp, tp_design, config)
     agreed = (group.group_name, json.dumps(signature, sort_keys=True, default=str))
-    if agreed not in _HOSTS:
-        _HOSTS[agreed] = check_same_call(vp, signature)
+    hosts = _HOSTS.get(agreed, None)
+    if hosts is None:
+        hosts = check_same_call(vp, signature)
+        _HOSTS.put(agreed, hosts)
     if validate:
         check_labels_and_mask(vp)
-    design = resolve_design(tp_design, vp, _HOSTS[agreed])
+    design = resolve_design(tp_design, vp, hosts)
     return plan_vocab_parallel(vp, design, block_size, num_warps, options)
 
 

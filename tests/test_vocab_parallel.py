@@ -351,6 +351,30 @@ def test_tp_design_needs_group():
         kernels.entropy_loss(x, t, tp_design="all_gather")
 
 
+def test_checked_calls_are_bounded_and_checked_again_once_forgotten(monkeypatch, tmp_path):
+    """The record of calls the ranks agreed on (one collective each) keeps at most its bound of shapes, least
+    recently used out (token counts that vary per step must not grow it forever); a forgotten shape is checked again
+    (a one-rank gloo group in this process)."""
+    import torch.distributed as dist
+
+    from kernels import dispatch, vocab_parallel
+
+    checked = []
+    real_check = vocab_parallel.check_same_call
+    monkeypatch.setattr(vocab_parallel, "check_same_call",
+                        lambda vp, signature: checked.append(signature["rows"]) or real_check(vp, signature))
+    monkeypatch.setattr(vocab_parallel, "_HOSTS", dispatch.TemplateCache(max_entries=4))
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"file://{tmp_path / 'rendezvous'}")
+    try:
+        group = dist.new_group([0])
+        for rows in [1, 2, 3, 4, 5, 1, 5]:
+            vocab_parallel.prepare(torch.randn(rows, 8), torch.randint(0, 8, (rows,)), group=group)
+    finally:
+        dist.destroy_process_group()
+    assert checked == [1, 2, 3, 4, 5, 1]  # 1 was forgotten for 5; 5 was still known
+    assert len(vocab_parallel._HOSTS) == 4
+
+
 def test_bytes_per_rank():
     common = dict(loss="cross_entropy", target_format="labels", n_rows=4096, vocab=131072, world_size=2)
     tp1 = vocab_parallel.bytes_per_rank("tp1", **common)
