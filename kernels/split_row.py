@@ -397,10 +397,9 @@ def split_row_lagged_kernel(
             if COMPUTE_GRAD:
                 tl.store(g_old + cols, tl.zeros([BLOCK_SIZE], dtype=grad_ptr.dtype.element_ty), mask=in_old)
                 if PEEL:
-                    edge = tl.arange(0, 2 * VEC)
-                    ecols = tl.where(edge < head_old, edge, body_old + edge)
+                    ecols, evalid = edge_columns(head_old, body_old, n_cols, VEC)
                     tl.store(grad_ptr + old * n_cols + ecols, tl.zeros([2 * VEC], dtype=grad_ptr.dtype.element_ty),
-                             mask=(ecols < n_cols) & (chunk == NUM_CHUNKS - 1))
+                             mask=evalid & (chunk == NUM_CHUNKS - 1))
 
         if not PREFETCH:
             if cur_valid:
