@@ -7,14 +7,17 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-rows PART PARTS, time-rows   # one program per row, keep_last (run F)
   python scripts/explore_lagged.py compile-caps PART PARTS, time-caps   # deeper register caps (run G)
   python scripts/explore_lagged.py compile-edge PART PARTS, time-edge   # head/tail read with the chunk (run H)
+  python scripts/explore_lagged.py compile-deal PART PARTS, time-deal   # (row, chunk) pairs dealt (run I)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
+  python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
 
 The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE). Each plan is checked against
 float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
 ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
 ``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
-(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E) and ``explore_rows_2026-11-25.txt`` (runs F to H).
+(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H) and
+``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``).
 """
 import json
 import math
@@ -70,8 +73,17 @@ EDGE_CELLS = [(loss, fmt, vocab, tokens) for tokens in (4096, 16384) for loss, f
               [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
                ("reverse_kl", "logits")] for vocab in [50257, 50304, 100277]]
 EDGE_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 128}), (4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 96})]
+# Run I (2026-11-25): the lagged kernel deals (row, chunk) pairs to every resident program instead of giving each a
+# fixed chunk of every n_slots-th row (38 chunks at 151936 columns left 34 of 528 resident programs idle); before and
+# after (code trees alternated: see the log), where the chunk count divides the grid (32000) and where it does not.
+DEAL_CELLS = [(loss, fmt, vocab, tokens) for tokens in (4096, 16384) for loss, fmt in
+              [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
+               ("reverse_kl", "logits")] for vocab in [32000, 50304, 131072, 151936, 200064, 256000]]
+DEAL_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 128}), (8192, 4, {"maxnreg": 128})]
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
+          # run I, under ncu in each code tree: L2 and DRAM traffic when a chunk's second read is another program's
+          "probe-deal": [("forward_kl", "logits", 131072, 4096, 4, {}), ("forward_kl", "logits", 32000, 4096, 4, {})],
           # the same kernels on rows that are and are not 16-byte aligned
           "probe-misaligned": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 50257, 4096, 4, {}),
                                ("cross_entropy", "labels", 50304, 8192, 4, {}),
@@ -101,7 +113,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-read-ahead": ([(*cell, TOKENS) for cell in READ_AHEAD_CELLS], read_ahead_configs),
         "-rows": ([(*cell, TOKENS) for cell in ROW_CELLS], row_configs),
         "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS),
-        "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS)}
+        "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS),
+        "-deal": (DEAL_CELLS, lambda vocab: DEAL_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):

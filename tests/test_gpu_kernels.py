@@ -219,6 +219,23 @@ def test_odd_chunk_counts_capped_and_keep_last(vocab, loss_index, spec):
     assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
 
 
+# The lagged kernel where the chunk count does not divide the resident programs (38 chunks of 4096 at 151936
+# columns, 49 at 200064: a few resident slots stay idle), a call with fewer rows than slots (7 rows), and one whose
+# last step leaves most slots without a row (1000 rows).
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+@pytest.mark.parametrize("n_rows, vocab", [(7, 151936), (1000, 151936), (333, 200064)])
+def test_lagged_ragged_chunk_counts(n_rows, vocab, loss_index):
+    problem = get_problem(n_rows, vocab, loss_index)
+    plan = kernels.prepare(problem.logits, problem.target, **problem.options(), variant="split_row", block_size=4096,
+                           num_warps=4, cooperative=True)
+    chunks, programs = plan.config["num_chunks"], plan.config["programs"]
+    assert plan.config["schedule"] == "lagged" and programs % chunks == 0
+    assert programs // chunks == min(n_rows, plan.config["resident_programs"] // chunks)
+    label = f"{n_rows}x{vocab} bf16 {problem.loss}/{problem.fmt} {plan.config}"
+    for _call in range(3):  # the summaries' two halves alternate between calls
+        check_against_reference(problem, plan.run(), label)
+
+
 # --------------------------------------------------------------------------------------------
 # More than 2**31 elements
 # --------------------------------------------------------------------------------------------
