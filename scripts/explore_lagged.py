@@ -9,6 +9,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-edge PART PARTS, time-edge   # head/tail read with the chunk (run H)
   python scripts/explore_lagged.py compile-deal PART PARTS, time-deal   # (row, chunk) pairs dealt (run I)
   python scripts/explore_lagged.py compile-deal-labels PART PARTS, time-deal-labels   # run I, labels CE's misses
+  python scripts/explore_lagged.py compile-align PART PARTS, time-align   # peeled rows' body 16/32/128-byte aligned (J)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -34,6 +35,9 @@ from kernels import reference, split_row
 
 LAG = int(os.environ.get("LAG", "2"))
 split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first compiled in this process
+# Run J: the alignment a peeled row's body starts at (kernels.problem.PEEL_ALIGN_BYTES), for this process.
+PEEL_BYTES = int(os.environ.get("PEEL_BYTES", str(kernels.problem.PEEL_ALIGN_BYTES)))
+kernels.problem.PEEL_ALIGN_BYTES = PEEL_BYTES
 TOKENS = 4096
 CELLS = [(loss, fmt, vocab) for loss, fmt in [("forward_kl", "logits"), ("cross_entropy", "labels")]
          for vocab in [32768, 50257, 50304, 100277, 151936, 256000]]
@@ -86,6 +90,16 @@ DEAL_LABEL_CELLS = [("cross_entropy", "labels", vocab, tokens) for tokens in (40
                     for vocab in [32000, 32064, 50257, 100277]]
 DEAL_LABEL_CONFIGS = [(4096, 4, {"maxnreg": 72}), (4096, 4, {"maxnreg": 96}), (8192, 4, {"maxnreg": 128}),
                       (8192, 4, {"maxnreg": 96})]
+# Run J (2026-11-26): the peeled rows' body starts 16-byte aligned, so a warp's 512-byte access spans five 128-byte
+# lines (17 sectors every other row at 50257) where an aligned row's spans four: the body aligned to 32 or 128 bytes
+# instead (PEEL_BYTES; head and tail up to 63 columns each). Rows that are not 16-byte aligned (50257, 100277), one
+# that is 16- but not 128-byte aligned (50264) and an aligned control (50304, the same kernel in every process).
+ALIGN_CELLS = ([("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 16384)
+                for vocab in [50257, 50264, 50304, 100277]]
+               + [(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "forward_kl", "reverse_kl")
+                  for vocab in [50257, 50304, 100277]])
+ALIGN_CONFIGS = {"labels": [(4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 128}), (8192, 4, {"maxnreg": 96})],
+                 "logits": [(4096, 4, {}), (4096, 4, {"maxnreg": 128})]}
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # run I, under ncu in each code tree: L2 and DRAM traffic when a chunk's second read is another program's
@@ -121,7 +135,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS),
         "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS),
         "-deal": (DEAL_CELLS, lambda vocab: DEAL_CONFIGS),
-        "-deal-labels": (DEAL_LABEL_CELLS, lambda vocab: DEAL_LABEL_CONFIGS)}
+        "-deal-labels": (DEAL_LABEL_CELLS, lambda vocab: DEAL_LABEL_CONFIGS),
+        "-align": (ALIGN_CELLS, None)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
@@ -177,8 +192,9 @@ def run(phase, cells, configs, part=0, parts=1):
             ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
                            for i in range(0, tokens, 256)) / tokens
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
-        for block, warps, options in configs(vocab):
-            record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options)}
+        for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
+            record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options),
+                      **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {})}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                        num_warps=warps, **options)
