@@ -32,6 +32,7 @@ from .row_math import (
     row_peel,
     row_validity,
     tile_gradient,
+    tile_label_frame,
     tile_statistics,
 )
 
@@ -99,7 +100,8 @@ def fused_loss_kernel(
                 else:
                     q_factor = 1.0 / s_x
                     p_factor = 1.0 / s_t
-                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols + head, label, lse_diff2, loss, LOSS)
+                s_cols, s_label = tile_label_frame(cols, 0, head, label, PEEL, BLOCK_SIZE)
+                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, s_cols, s_label, lse_diff2, loss, LOSS)
                 tl.store(g_body + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < body)
                 if PEEL:
                     egrad = gradient_from_summary(ex2, et2, r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2, ecols, label, loss,
@@ -128,8 +130,9 @@ def fused_loss_kernel(
                 # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
                 lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
                 if KEEP_LAST:  # the kept tile first, from registers; then the others, the most recently read first
+                    k_cols, k_label = tile_label_frame(cols, last, head, label, PEEL, BLOCK_SIZE)
                     grad = tile_gradient(ke_x, rescale(km_x, m_x) / s_x, ke_t, rescale(km_t, m_t) / s_t, k_x2 - k_t2,
-                                         cols + last + head, label, lse_diff2, loss, LOSS)
+                                         k_cols, k_label, lse_diff2, loss, LOSS)
                     tl.store(g_body + last + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                              mask=cols < body - last)
                 for step in range(0, last, BLOCK_SIZE):
@@ -137,9 +140,8 @@ def fused_loss_kernel(
                     x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
-                    grad = tile_gradient(
-                        e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols + start + head, label, lse_diff2, loss, LOSS
-                    )
+                    t_cols, t_label = tile_label_frame(cols, start, head, label, PEEL, BLOCK_SIZE)
+                    grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, t_cols, t_label, lse_diff2, loss, LOSS)
                     tl.store(
                         g_body + start + cols,
                         (grad * grad_scale).to(grad_ptr.dtype.element_ty),

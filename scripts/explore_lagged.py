@@ -38,6 +38,18 @@ split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first com
 # Run J: the alignment a peeled row's body starts at (kernels.problem.PEEL_ALIGN_BYTES), for this process.
 PEEL_BYTES = int(os.environ.get("PEEL_BYTES", str(kernels.problem.PEEL_ALIGN_BYTES)))
 kernels.problem.PEEL_ALIGN_BYTES = PEEL_BYTES
+# Run K: PEEL on where rows are 16-byte aligned (FORCE_PEEL=1: head and tail empty), the head/tail steps skipped
+# (NO_EDGE=1, the kernel's EDGES=False: right only where head and tail are empty).
+FORCE_PEEL = os.environ.get("FORCE_PEEL") == "1"
+NO_EDGE = os.environ.get("NO_EDGE") == "1"
+if FORCE_PEEL or NO_EDGE:
+    _peel_constexprs = kernels.problem.Problem.peel_constexprs
+
+    def _experiment_peel(self):
+        found = _peel_constexprs(self)
+        return dict(found, PEEL=found["PEEL"] or FORCE_PEEL, **({"EDGES": False} if NO_EDGE else {}))
+
+    kernels.problem.Problem.peel_constexprs = _experiment_peel
 TOKENS = 4096
 CELLS = [(loss, fmt, vocab) for loss, fmt in [("forward_kl", "logits"), ("cross_entropy", "labels")]
          for vocab in [32768, 50257, 50304, 100277, 151936, 256000]]
@@ -100,6 +112,10 @@ ALIGN_CELLS = ([("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 
                   for vocab in [50257, 50304, 100277]])
 ALIGN_CONFIGS = {"labels": [(4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 128}), (8192, 4, {"maxnreg": 96})],
                  "logits": [(4096, 4, {}), (4096, 4, {"maxnreg": 128})]}
+# Run K (2026-11-26): run J's 50264 (rows 16-byte aligned, PEEL on with empty head and tail) ran like 50257: is the
+# cost the head/tail steps or the peeled addressing? 50304 with PEEL forced on, and both with the head/tail steps off.
+FORCE_CELLS = ([("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 16384) for vocab in [50264, 50304]]
+               + [("forward_kl", "logits", vocab, 4096) for vocab in [50264, 50304]])
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # run I, under ncu in each code tree: L2 and DRAM traffic when a chunk's second read is another program's
@@ -136,7 +152,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS),
         "-deal": (DEAL_CELLS, lambda vocab: DEAL_CONFIGS),
         "-deal-labels": (DEAL_LABEL_CELLS, lambda vocab: DEAL_LABEL_CONFIGS),
-        "-align": (ALIGN_CELLS, None)}
+        "-align": (ALIGN_CELLS, None),
+        "-force": (FORCE_CELLS, None)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
@@ -194,7 +211,8 @@ def run(phase, cells, configs, part=0, parts=1):
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
             record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options),
-                      **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {})}
+                      **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {}),
+                      **({"force_peel": True} if FORCE_PEEL else {}), **({"no_edge": True} if NO_EDGE else {})}
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                        num_warps=warps, **options)

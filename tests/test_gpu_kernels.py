@@ -219,6 +219,56 @@ def test_odd_chunk_counts_capped_and_keep_last(vocab, loss_index, spec):
     assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
 
 
+# Labels CE on rows that are not 16-byte aligned: the peeled kernels test the label against a body tile's own lanes
+# (row_math.label_in_tile), so each row's label sits where that frame shifts: the row's head, the body's first and
+# last columns, both sides of every chunk or tile boundary (counted from the row's own head), the tail.
+PEELED_LABEL_SPECS = [
+    ("lagged-4096-capped72", {"variant": "split_row", "block_size": 4096, "num_warps": 4, "cooperative": True,
+                              "maxnreg": 72}),
+    ("lagged-8192", {"variant": "split_row", "block_size": 8192, "num_warps": 4, "cooperative": True}),
+    ("unsplit-16384", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False}),
+    ("unsplit-16384-keep-last", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False,
+                                 "keep_last": True}),
+    ("fused-65536", {"variant": "fused", "block_size": 65536, "num_warps": 32}),  # one tile at 50257, two at 100277
+]
+
+
+def label_positions(head: int, vocab: int, tile: int) -> list[int]:
+    """Columns where a peeled kernel's label frame shifts, for a row whose body starts ``head`` columns in."""
+    body = (vocab - head) // 8 * 8
+    found = set(range(head + 1)) | {head + body - 1, head + body} | set(range(vocab - 8, vocab))
+    for edge in range(tile, body, tile):
+        found |= {head + edge - 1, head + edge}
+    return sorted(column for column in found if 0 <= column < vocab)
+
+
+@pytest.mark.parametrize("spec", PEELED_LABEL_SPECS, ids=[s[0] for s in PEELED_LABEL_SPECS])
+@pytest.mark.parametrize("vocab", [50257, 100277])
+def test_peeled_rows_label_positions(vocab, spec):
+    name, options = spec
+    n_rows = 160
+    gen = torch.Generator(device="cuda").manual_seed(vocab)
+    logits = torch.randn(n_rows, vocab, generator=gen, device="cuda", dtype=torch.bfloat16).mul_(SCALE)
+    labels = []
+    for row in range(n_rows):
+        head = (8 - row * vocab % 8) % 8
+        positions = label_positions(head, vocab, options["block_size"])
+        labels.append(positions[row % len(positions)])
+    labels = torch.tensor(labels, device="cuda")
+    plan = kernels.prepare(logits, labels, loss="cross_entropy", target_format="labels", **options)
+    assert plan.launches[0].constexprs.get("PEEL") is True
+    ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, labels, loss="cross_entropy",
+                                                                 target_format="labels")
+    for _call in range(2):  # the lagged halves alternate between calls
+        loss, grad = plan.run()
+        label = f"{n_rows}x{vocab} labels CE {name} {plan.config}"
+        assert abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()) <= TOL, label
+        assert rel_err(grad, ref_grad) <= TOL, label
+        at_label = grad.double().gather(1, labels[:, None])
+        ref_at_label = ref_grad.gather(1, labels[:, None])
+        assert rel_err(at_label, ref_at_label) <= TOL, f"{label}: the gradient at the labels"
+
+
 # The lagged kernel where the chunk count does not divide the resident programs (38 chunks of 4096 at 151936
 # columns, 49 at 200064: a few resident slots stay idle), a call with fewer rows than slots (7 rows), and one whose
 # last step leaves most slots without a row (1000 rows).
