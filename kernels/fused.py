@@ -100,7 +100,7 @@ def fused_loss_kernel(
                 else:
                     q_factor = 1.0 / s_x
                     p_factor = 1.0 / s_t
-                s_cols, s_label = tile_label_frame(cols, 0, head, label, PEEL, BLOCK_SIZE)
+                s_cols, s_label = tile_label_frame(cols, 0, head, label, BLOCK_SIZE)
                 grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, s_cols, s_label, lse_diff2, loss, LOSS)
                 tl.store(g_body + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < body)
                 if PEEL:
@@ -130,7 +130,7 @@ def fused_loss_kernel(
                 # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
                 lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
                 if KEEP_LAST:  # the kept tile first, from registers; then the others, the most recently read first
-                    k_cols, k_label = tile_label_frame(cols, last, head, label, PEEL, BLOCK_SIZE)
+                    k_cols, k_label = tile_label_frame(cols, last, head, label, BLOCK_SIZE)
                     grad = tile_gradient(ke_x, rescale(km_x, m_x) / s_x, ke_t, rescale(km_t, m_t) / s_t, k_x2 - k_t2,
                                          k_cols, k_label, lse_diff2, loss, LOSS)
                     tl.store(g_body + last + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
@@ -140,7 +140,7 @@ def fused_loss_kernel(
                     x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
-                    t_cols, t_label = tile_label_frame(cols, start, head, label, PEEL, BLOCK_SIZE)
+                    t_cols, t_label = tile_label_frame(cols, start, head, label, BLOCK_SIZE)
                     grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, t_cols, t_label, lse_diff2, loss, LOSS)
                     tl.store(
                         g_body + start + cols,

@@ -158,23 +158,18 @@ def load_edge(x_row, t_row, head, body, n_cols, take, LOSS: tl.constexpr, VEC: t
 @triton.jit
 def label_in_tile(label, tile_start, TILE: tl.constexpr):
     """The label's lane in a tile of TILE columns that starts at column ``tile_start``, as int32 (-1 when the label is
-    not in the tile): compared with the tile's own int32 lanes, the gradient's label test stays 32-bit. (Lanes plus a
-    run-time head compared with an int64 label kept a 64-bit add and compare per element in peeled kernels: labels CE
-    ran 7 points slower, logs/explore_peel_2026-11-26.txt.)"""
+    not in the tile)."""
     lane = label - tile_start
     return tl.where((lane >= 0) & (lane < TILE), lane, -1).to(tl.int32)
 
 
 @triton.jit
-def tile_label_frame(cols, tile_start, head, label, PEEL: tl.constexpr, TILE: tl.constexpr):
-    """(lanes, label) for :func:`tile_gradient`'s label test on a body tile that starts ``tile_start`` columns after a
-    row's ``head``: with PEEL the tile's own lanes and :func:`label_in_tile`; without, the row's columns and the label."""
-    lanes = cols + tile_start + head
-    tile_label = label
-    if PEEL:
-        lanes = cols
-        tile_label = label_in_tile(label, tile_start + head, TILE)
-    return lanes, tile_label
+def tile_label_frame(cols, tile_start, head, label, TILE: tl.constexpr):
+    """(lanes, label) for :func:`tile_gradient`'s label test on a tile that starts ``tile_start`` columns after a
+    row's ``head`` (0 unless peeled): the tile's own int32 lanes and :func:`label_in_tile`. The row's columns
+    (lanes + start + head) against the int64 label cost a 64-bit add and compare per element: labels CE ran 6-7 points
+    of copy bandwidth slower (logs/explore_peel_2026-11-26.txt)."""
+    return cols, label_in_tile(label, tile_start + head, TILE)
 
 
 @triton.jit

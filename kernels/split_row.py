@@ -382,7 +382,7 @@ def split_row_lagged_kernel(
                 x2 = base2(x_old)
                 t2 = base2(t_old)
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
-                g_cols, g_label = tile_label_frame(cols, start, head_old, label, PEEL, BLOCK_SIZE)
+                g_cols, g_label = tile_label_frame(cols, start, head_old, label, BLOCK_SIZE)
                 grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, g_cols, g_label,
                                              loss, LOSS)
                 tl.store(g_old + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_old,

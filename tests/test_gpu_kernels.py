@@ -219,9 +219,9 @@ def test_odd_chunk_counts_capped_and_keep_last(vocab, loss_index, spec):
     assert abs(loss_again.item() - problem.ref_loss) / abs(problem.ref_loss) <= TOL
 
 
-# Labels CE on rows that are not 16-byte aligned: the peeled kernels test the label against a body tile's own lanes
-# (row_math.label_in_tile), so each row's label sits where that frame shifts: the row's head, the body's first and
-# last columns, both sides of every chunk or tile boundary (counted from the row's own head), the tail.
+# Labels CE: the kernels test the label against a tile's own lanes (row_math.label_in_tile), so each row's label sits
+# where that frame shifts: the row's head (rows not 16-byte aligned, peeled), the body's first and last columns, both
+# sides of every chunk or tile boundary (counted from the row's own head), the tail; aligned rows too.
 PEELED_LABEL_SPECS = [
     ("lagged-4096-capped72", {"variant": "split_row", "block_size": 4096, "num_warps": 4, "cooperative": True,
                               "maxnreg": 72}),
@@ -234,7 +234,7 @@ PEELED_LABEL_SPECS = [
 
 
 def label_positions(head: int, vocab: int, tile: int) -> list[int]:
-    """Columns where a peeled kernel's label frame shifts, for a row whose body starts ``head`` columns in."""
+    """Columns where a kernel's label frame shifts, for a row whose body starts ``head`` columns in (0: not peeled)."""
     body = (vocab - head) // 8 * 8
     found = set(range(head + 1)) | {head + body - 1, head + body} | set(range(vocab - 8, vocab))
     for edge in range(tile, body, tile):
@@ -243,20 +243,20 @@ def label_positions(head: int, vocab: int, tile: int) -> list[int]:
 
 
 @pytest.mark.parametrize("spec", PEELED_LABEL_SPECS, ids=[s[0] for s in PEELED_LABEL_SPECS])
-@pytest.mark.parametrize("vocab", [50257, 100277])
-def test_peeled_rows_label_positions(vocab, spec):
+@pytest.mark.parametrize("vocab", [32000, 50304, 50257, 100277])
+def test_label_positions(vocab, spec):
     name, options = spec
     n_rows = 160
     gen = torch.Generator(device="cuda").manual_seed(vocab)
     logits = torch.randn(n_rows, vocab, generator=gen, device="cuda", dtype=torch.bfloat16).mul_(SCALE)
     labels = []
     for row in range(n_rows):
-        head = (8 - row * vocab % 8) % 8
+        head = (8 - row * vocab % 8) % 8 if vocab % 16 else 0
         positions = label_positions(head, vocab, options["block_size"])
         labels.append(positions[row % len(positions)])
     labels = torch.tensor(labels, device="cuda")
     plan = kernels.prepare(logits, labels, loss="cross_entropy", target_format="labels", **options)
-    assert plan.launches[0].constexprs.get("PEEL") is True
+    assert plan.launches[0].constexprs.get("PEEL", False) == bool(vocab % 16)
     ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, labels, loss="cross_entropy",
                                                                  target_format="labels")
     for _call in range(2):  # the lagged halves alternate between calls

@@ -663,3 +663,28 @@ def test_forget_project_rows_keeps_the_whole_file_and_says_what_it_took_out(tmp_
     assert meta["forgotten"][0]["rows"] == 3 and meta["forgotten"][0]["kept_in"] == kept.name
     assert forget_project_rows(path, [4096], log=lambda *_: None) is None  # nothing left to take out: no new copy
     assert len(list(tmp_path.glob("*.replaced-*.csv"))) == 1
+
+
+def test_forget_project_rows_of_one_loss(tmp_path):
+    """losses= takes out only those losses' project rows (a change to one loss's kernel) and says so."""
+    import json
+
+    import pandas as pd
+
+    from perfutils.measure.vocab_sweep import forget_project_rows
+
+    path = tmp_path / "vocab_sweep.csv"
+    rows = [{"loss": loss, "target_format": fmt, "variant": v, "tokens": 4096, "dtype": "bf16", "vocab": 32000}
+            for loss, fmt in (("cross_entropy", "labels"), ("cross_entropy", "logits")) for v in ("public", "fast_llm")]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    path.with_suffix(".json").write_text(json.dumps({"study": "vocab_sweep", "sessions": []}))
+    forget_project_rows(path, losses=["cross_entropy/labels"], log=lambda *_: None)
+    left = pd.read_csv(path)
+    assert sorted(zip(left["target_format"], left["variant"])) == [("labels", "fast_llm"), ("logits", "fast_llm"),
+                                                                   ("logits", "public")]
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["forgotten"][0]["losses"] == ["cross_entropy/labels"] and meta["forgotten"][0]["rows"] == 1
+    # A second forget within the same second keeps its own copy (it once overwrote the first's).
+    second = forget_project_rows(path, losses=["cross_entropy/logits"], log=lambda *_: None)
+    copies = sorted(tmp_path.glob("*.replaced-*.csv"))
+    assert len(copies) == 2 and second in copies and len(pd.read_csv(second)) == 3

@@ -113,9 +113,15 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.close(dir_fd)
 
 
-def replaced_stamp() -> str:
-    """The UTC time in the name of recorded files kept aside (``<stem>.replaced-<stamp>.*``), now."""
-    return utc_now().replace(":", "").replace("-", "")
+def replaced_stamp(*paths: Path) -> str:
+    """The UTC time in the name of recorded files kept aside (``<stem>.replaced-<stamp>.*``), now; with a suffix
+    (-2, -3, ...) when a copy of one of ``paths`` already has that name (two in one second must not overwrite)."""
+    stamp = utc_now().replace(":", "").replace("-", "")
+    candidate, count = stamp, 1
+    while any(replaced_path(Path(path), candidate).exists() for path in paths):
+        count += 1
+        candidate = f"{stamp}-{count}"
+    return candidate
 
 
 def replaced_path(path: Path, stamp: str) -> Path:
@@ -350,7 +356,7 @@ class ResultStore:
             batch.add(key)
 
     def _move_old_files_aside(self) -> None:
-        stamp = replaced_stamp()
+        stamp = replaced_stamp(self.path, self.metadata_path)
         for old in (self.path, self.metadata_path):
             if old.exists():
                 target = replaced_path(old, stamp)

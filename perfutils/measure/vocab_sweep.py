@@ -330,9 +330,10 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
 
 
 def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str | None = None,
-                        vocabs: Iterable[int] | None = None, log=print) -> Path | None:
-    """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype`` and
-    ``vocabs`` (each: all when None) out of a recorded study so its stages measure them again. Nothing is lost: the
+                        vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None,
+                        log=print) -> Path | None:
+    """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype``, ``vocabs``
+    and ``losses`` ("loss/target_format", e.g. "cross_entropy/labels") (each: all when None) out of a recorded study so its stages measure them again. Nothing is lost: the
     whole file and its sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and the sidecar records what was
     taken out and where it is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
     import shutil
@@ -352,10 +353,12 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
         drop &= frame["dtype"] == dtype
     if vocabs is not None:
         drop &= frame["vocab"].isin(list(vocabs))
+    if losses is not None:
+        drop &= (frame["loss"] + "/" + frame["target_format"]).isin(list(losses))
     if not drop.any():
         log(f"{path}: no project rows match; nothing written")
         return None
-    stamp = replaced_stamp()
+    stamp = replaced_stamp(path, sidecar_path(path))
     kept = replaced_path(path, stamp)
     shutil.copy2(path, kept)
     shutil.copy2(sidecar_path(path), replaced_path(sidecar_path(path), stamp))
@@ -363,6 +366,7 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
     meta.setdefault("forgotten", []).append({
         "time_utc": utc_now(), "rows": int(drop.sum()), "variants": list(PROJECT),
         "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
+        **({"losses": sorted(losses)} if losses is not None else {}),
         "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
     write_table(frame[~drop], path, meta, overwrite=True)
     log(f"{path}: {int(drop.sum())} project rows taken out to be measured again (the whole file kept in {kept.name})")
@@ -450,6 +454,8 @@ def main(argv=None) -> int:
     forget.add_argument("--tokens", type=int, nargs="+", default=None)
     forget.add_argument("--dtype", default=None)
     forget.add_argument("--vocab", type=int, nargs="+", default=None)
+    forget.add_argument("--losses", nargs="+", default=None, choices=[f"{loss}/{fmt}" for loss, fmt in LOSSES],
+                        help="only these losses (loss/target_format)")
     args = parser.parse_args(argv)
     if args.command == "stages":
         import pandas as pd
@@ -478,7 +484,8 @@ def main(argv=None) -> int:
             import torch
 
             args.gpu = torch.cuda.get_device_name()
-        forget_project_rows(data_path(args.out, args.gpu, STUDY), args.tokens, dtype=args.dtype, vocabs=args.vocab)
+        forget_project_rows(data_path(args.out, args.gpu, STUDY), args.tokens, dtype=args.dtype, vocabs=args.vocab,
+                            losses=args.losses)
         return 0
     if args.command == "quack-reference":
         print(f"wrote {write_quack_reference(args.out)}")
