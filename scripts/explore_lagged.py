@@ -14,12 +14,14 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
 
-The cells are issue 14's slow ones (4096 tokens, bf16, forward KL and labels CE). Each plan is checked against
-float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed).
-``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
-``TRITON_CACHE_DIR``. How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
-(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H) and
-``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``).
+The cells are issue 14's slow ones (bf16; each run's own losses, vocabularies and token counts below). Each plan is
+checked against float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median,
+L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
+``TRITON_CACHE_DIR``; ``PEEL_BYTES``, ``FORCE_PEEL`` and ``NO_EDGE`` are runs J and K's (NO_EDGE needs the kernel of
+``run_K_edges.patch``). How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
+(runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H),
+``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
+``explore_peel_2026-11-26.txt`` (runs J and K).
 """
 import json
 import math
@@ -39,7 +41,7 @@ split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first com
 PEEL_BYTES = int(os.environ.get("PEEL_BYTES", str(kernels.problem.PEEL_ALIGN_BYTES)))
 kernels.problem.PEEL_ALIGN_BYTES = PEEL_BYTES
 # Run K: PEEL on where rows are 16-byte aligned (FORCE_PEEL=1: head and tail empty), the head/tail steps skipped
-# (NO_EDGE=1, the kernel's EDGES=False: right only where head and tail are empty).
+# (NO_EDGE=1: the EDGES=False of logs/run_K_edges.patch's kernel; right only where head and tail are empty).
 FORCE_PEEL = os.environ.get("FORCE_PEEL") == "1"
 NO_EDGE = os.environ.get("NO_EDGE") == "1"
 if FORCE_PEEL or NO_EDGE:

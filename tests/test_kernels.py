@@ -295,6 +295,24 @@ def test_keep_last_tile(loss_index, vocab, gen, oracle):
                          label=f"{variant} {dtype} vocab {vocab}")
 
 
+@pytest.mark.parametrize("vocab", [96, 93, 157])
+def test_labels_at_tile_edges(vocab, gen, oracle):
+    """Labels CE tests each label against a tile's own lanes (row_math.tile_label_frame): labels on both sides of every
+    32-column boundary (the tiles', counted from a peeled row's head), at the row's first and last columns and in a
+    peeled row's head and tail (93 and 157 columns: rows not 16-byte aligned); one tile, several, the last one kept."""
+    columns = sorted({*range(9), *range(vocab - 9, vocab)} | {c for edge in range(32, vocab, 32)
+                                                               for c in range(edge - 3, edge + 8)})
+    for dtype in (torch.float32, torch.bfloat16):
+        logits, _unused = oracle.make_inputs(gen, (len(columns), vocab), dtype, "labels")
+        labels = torch.tensor(columns, device=logits.device)
+        for variant, block_size, options in (("fused", 512, {}), ("fused", 32, {}), ("fused", 32, {"keep_last": True}),
+                                             ("split_row", 64, {"split": False})):
+            plan = kernels.prepare(logits, labels, loss="cross_entropy", target_format="labels", variant=variant,
+                                   block_size=block_size, num_warps=2, **options)
+            oracle.check(logits, labels, plan.run(), loss="cross_entropy", target_format="labels",
+                         label=f"{variant} {block_size} {options} {dtype} vocab {vocab}")
+
+
 def test_keep_last_tile_options(gen, oracle):
     """One tile: nothing to keep (the single-tile kernel already keeps it); a non-bool is refused."""
     logits, labels = oracle.make_inputs(gen, (2, 64), torch.float32, "labels")
