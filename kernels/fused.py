@@ -21,6 +21,7 @@ from .row_math import (
     combine_statistics,
     finish_program,
     gradient_from_summary,
+    label_in_tile,
     load_edge,
     label_logit,
     load_tiles,
@@ -32,7 +33,6 @@ from .row_math import (
     row_peel,
     row_validity,
     tile_gradient,
-    tile_label_frame,
     tile_statistics,
 )
 
@@ -100,8 +100,8 @@ def fused_loss_kernel(
                 else:
                     q_factor = 1.0 / s_x
                     p_factor = 1.0 / s_t
-                s_cols, s_label = tile_label_frame(cols, 0, head, label, BLOCK_SIZE)
-                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, s_cols, s_label, lse_diff2, loss, LOSS)
+                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols, label_in_tile(label, head, BLOCK_SIZE),
+                                     lse_diff2, loss, LOSS)
                 tl.store(g_body + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=cols < body)
                 if PEEL:
                     egrad = gradient_from_summary(ex2, et2, r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2, ecols, label, loss,
@@ -130,9 +130,8 @@ def fused_loss_kernel(
                 # labels CE, 111 vs 128 registers, and the recorded sweeps measured this one.)
                 lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
                 if KEEP_LAST:  # the kept tile first, from registers; then the others, the most recently read first
-                    k_cols, k_label = tile_label_frame(cols, last, head, label, BLOCK_SIZE)
                     grad = tile_gradient(ke_x, rescale(km_x, m_x) / s_x, ke_t, rescale(km_t, m_t) / s_t, k_x2 - k_t2,
-                                         k_cols, k_label, lse_diff2, loss, LOSS)
+                                         cols, label_in_tile(label, last + head, BLOCK_SIZE), lse_diff2, loss, LOSS)
                     tl.store(g_body + last + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                              mask=cols < body - last)
                 for step in range(0, last, BLOCK_SIZE):
@@ -140,8 +139,8 @@ def fused_loss_kernel(
                     x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
                     e_x = tl.exp2(x2 - m_x)
                     e_t = tl.exp2(t2 - m_t)
-                    t_cols, t_label = tile_label_frame(cols, start, head, label, BLOCK_SIZE)
-                    grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, t_cols, t_label, lse_diff2, loss, LOSS)
+                    grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols,
+                                         label_in_tile(label, start + head, BLOCK_SIZE), lse_diff2, loss, LOSS)
                     tl.store(
                         g_body + start + cols,
                         (grad * grad_scale).to(grad_ptr.dtype.element_ty),

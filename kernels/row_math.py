@@ -157,19 +157,12 @@ def load_edge(x_row, t_row, head, body, n_cols, take, LOSS: tl.constexpr, VEC: t
 
 @triton.jit
 def label_in_tile(label, tile_start, TILE: tl.constexpr):
-    """The label's lane in a tile of TILE columns that starts at column ``tile_start``, as int32 (-1 when the label is
-    not in the tile)."""
+    """The label as a lane of a tile of TILE columns that starts at column ``tile_start`` (a peeled row's head
+    included), int32, -1 when the label is not in the tile: what :func:`tile_gradient` compares with the tile's own
+    lanes. The row's columns (lanes + start + head) against the int64 label cost a 64-bit add and compare per element:
+    labels CE ran 6-7 points of copy bandwidth slower (logs/explore_peel_2026-11-26.txt)."""
     lane = label - tile_start
     return tl.where((lane >= 0) & (lane < TILE), lane, -1).to(tl.int32)
-
-
-@triton.jit
-def tile_label_frame(cols, tile_start, head, label, TILE: tl.constexpr):
-    """(lanes, label) for :func:`tile_gradient`'s label test on a tile that starts ``tile_start`` columns after a
-    row's ``head`` (0 unless peeled): the tile's own int32 lanes and :func:`label_in_tile`. The row's columns
-    (lanes + start + head) against the int64 label cost a 64-bit add and compare per element: labels CE ran 6-7 points
-    of copy bandwidth slower (logs/explore_peel_2026-11-26.txt)."""
-    return cols, label_in_tile(label, tile_start + head, TILE)
 
 
 @triton.jit

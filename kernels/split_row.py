@@ -46,6 +46,7 @@ from .row_math import (
     slot_and_chunk,
     combine_partials,
     gradient_from_summary,
+    label_in_tile,
     label_logit,
     load_partials,
     finish_program,
@@ -58,7 +59,6 @@ from .row_math import (
     row_validity,
     store_partials,
     tile_gradient,
-    tile_label_frame,
     tile_statistics,
 )
 
@@ -382,9 +382,8 @@ def split_row_lagged_kernel(
                 x2 = base2(x_old)
                 t2 = base2(t_old)
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
-                g_cols, g_label = tile_label_frame(cols, start, head_old, label, BLOCK_SIZE)
-                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, g_cols, g_label,
-                                             loss, LOSS)
+                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols,
+                                             label_in_tile(label, start + head_old, BLOCK_SIZE), loss, LOSS)
                 tl.store(g_old + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_old,
                          eviction_policy="evict_first")
                 if PEEL:

@@ -297,7 +297,7 @@ def test_keep_last_tile(loss_index, vocab, gen, oracle):
 
 @pytest.mark.parametrize("vocab", [96, 93, 157])
 def test_labels_at_tile_edges(vocab, gen, oracle):
-    """Labels CE tests each label against a tile's own lanes (row_math.tile_label_frame): labels on both sides of every
+    """Labels CE tests each label against a tile's own lanes (row_math.label_in_tile): labels on both sides of every
     32-column boundary (the tiles', counted from a peeled row's head), at the row's first and last columns and in a
     peeled row's head and tail (93 and 157 columns: rows not 16-byte aligned); one tile, several, the last one kept."""
     columns = sorted({*range(9), *range(vocab - 9, vocab)} | {c for edge in range(32, vocab, 32)
