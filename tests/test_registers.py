@@ -272,6 +272,35 @@ def test_parse_tool_outputs():
     assert cubin.parse_ptxas_log("nothing here") is None
 
 
+def test_sass_instruction_mix_counts_opcodes_and_64_bit_compares():
+    sass = "\n".join([
+        "        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;",
+        "        /*0010*/                   ISETP.NE.U32.AND P1, PT, R5, UR30, PT ;",
+        "        /*0020*/                   ISETP.NE.U32.AND.EX P1, PT, R60, UR31, PT, P1 ;",
+        "        /*0030*/               @P6 LOP3.LUT R2, R2, 0x40, RZ, 0xfc, !PT ;",
+        "        /*0040*/                   STG.E.128 desc[UR4][R2.64], R4 ;",
+        "        .L_x_1:",
+        "        /*0050*/                   EXIT ;"])
+    mix = cubin.sass_instruction_mix(sass)
+    assert (mix["instructions"], mix["compares_64"], mix["memory"]) == (6, 1, 2)
+    assert (mix["ISETP"], mix["LOP3"], mix["EXIT"]) == (2, 1, 1)
+    with pytest.raises(TypeError, match="sass"):
+        cubin.sass_instruction_mix(None)
+
+
+def test_label_test_in_the_tile_frame_is_cheaper():
+    """kernels.teaching.label_index compiled for sm_90: the label as an int32 lane of the tile needs fewer registers,
+    instructions and 64-bit compares than the row's int64 column compared per element, with or without a peeled
+    head (notebook 05)."""
+    from perfutils.plots.registers import LABEL_FRAMES, label_index_costs
+
+    costs = label_index_costs(n_cols=50257)
+    for head, both in costs.groupby("peeled head"):
+        row, lane = (both[both["label test"] == LABEL_FRAMES[frame]].iloc[0] for frame in (False, True))
+        assert lane["instructions"] < row["instructions"] and lane["compares_64"] < row["compares_64"], head
+        assert lane["n_regs"] <= row["n_regs"], head
+
+
 def test_local_memory_excerpt_on_ptx():
     ptx = "\n".join([f"  add.f32 %f{i}, %f{i}, %f{i};" for i in range(10)]
                     + ["  st.local.f32 [%rd1], %f1;"]

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from kernels.teaching import activations, evonorm, softmax, vector_add  # noqa: E402
+from kernels.teaching import activations, evonorm, label_index, softmax, vector_add  # noqa: E402
 from perfutils import notebook  # noqa: E402
 from perfutils.measure import teaching as measure  # noqa: E402
 from perfutils.model import compiled_kernel  # noqa: E402
@@ -189,6 +189,31 @@ def test_evonorm_rejects_bad_shapes():
     big = torch.zeros(1, 2, 200, 200, device=DEVICE)
     with pytest.raises(ValueError, match="exceeds"):
         evonorm.evonorm_b0(big, v[:2], gamma[:2], beta[:2], groups=1)
+
+
+@pytest.mark.parametrize("lane_frame", [False, True])
+@pytest.mark.parametrize("with_heads", [False, True])
+def test_onehot_gradient_frames_match_reference(lane_frame, with_heads):
+    """Both frames of the label test write q - onehot(label): labels on both sides of every 64-column tile boundary
+    (counted from each row's head), at the first and last columns, and a label past the row (no one-hot at all)."""
+    n_cols = 301
+    heads = torch.tensor([0, 3, 7, 1, 5, 0, 2, 6], dtype=torch.int32) if with_heads else None
+    labels = torch.tensor([0, 3 + 63, 7 + 64, 1 + 128, 5 + 255, n_cols - 1, 400, 6 + 192])
+    q = _rand(len(labels), n_cols, seed=3)
+    out = label_index.onehot_gradient(q, labels, heads, block=64, lane_frame=lane_frame)
+    torch.testing.assert_close(out.double(), label_index.onehot_gradient_reference(q, labels, heads), rtol=0, atol=1e-6)
+
+
+def test_onehot_gradient_rejects_bad_arguments():
+    q = _rand(2, 100)
+    with pytest.raises(ValueError, match="labels"):
+        label_index.onehot_gradient(q, torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="power of two"):
+        label_index.onehot_gradient(q, torch.zeros(2, dtype=torch.int64), block=48)
+    with pytest.raises(ValueError, match="int32"):
+        label_index.onehot_gradient(q, torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="contiguous"):
+        label_index.onehot_gradient(q.t(), torch.zeros(100, dtype=torch.int64))
 
 
 def test_kernel_source_is_the_jit_function():

@@ -1,4 +1,5 @@
-"""Teaching kernels of notebooks 06 (Triton basics) and 07 (fusion): small, commented line by line.
+"""Teaching kernels of notebooks 05 (register pressure), 06 (Triton basics) and 07 (fusion): small, commented line by
+line.
 
 The notebooks display their source instead of defining them; each module holds one kernel (or one family),
 its host wrapper, its PyTorch reference and the traffic the notebook counts:
@@ -7,6 +8,8 @@ its host wrapper, its PyTorch reference and the traffic the notebook counts:
 * ``softmax`` (06): one program per row, the row kept on chip, beside the naive five-op version;
 * ``activations`` (07): ReLU / sigmoid / swish in one pass, against PyTorch's unfused and fused ops;
 * ``evonorm`` (07): a normalisation + activation (EvoNorm-B0 style) fused into one pass;
+* ``label_index`` (05): cross-entropy's one-hot term with the label tested in the row's int64 frame or the tile's
+  int32 one (what the index arithmetic costs in registers and instructions);
 * ``checks``: the argument checks they share.
 
 Measured by :mod:`perfutils.measure.teaching`, drawn by :mod:`perfutils.plots.teaching`.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import struct
 
-__all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local_memory_excerpt"]
+__all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local_memory_excerpt", "sass_instruction_mix"]
 
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
@@ -137,3 +137,27 @@ def local_memory_excerpt(ptx_or_sass: str, context: int = 3, max_sites: int | No
     if shown < len(hits):
         text += f"\n... ({len(hits)} local-memory instructions in all, {shown} shown)"
     return text
+
+
+_SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
+
+
+def sass_instruction_mix(sass: str) -> dict[str, int]:
+    """Static counts of a disassembled kernel (``nvdisasm`` text): ``instructions`` in all, ``compares_64`` (integer
+    compares of 64-bit values: ``ISETP`` with ``.EX``, the high half chained to the low one), ``memory`` (global
+    loads and stores), and one entry per opcode (``IMAD``, ``LOP3``, ... without modifiers)."""
+    if not isinstance(sass, str):
+        raise TypeError(f"sass must be a str, got {type(sass).__name__}")
+    mix: dict[str, int] = {"instructions": 0, "compares_64": 0, "memory": 0}
+    for line in sass.splitlines():
+        found = _SASS_INSTRUCTION.match(line)
+        if not found:
+            continue
+        opcode, modifiers = found.group(1), found.group(2)
+        mix["instructions"] += 1
+        mix[opcode] = mix.get(opcode, 0) + 1
+        if opcode == "ISETP" and "EX" in modifiers.split("."):
+            mix["compares_64"] += 1
+        if opcode in ("LDG", "STG"):
+            mix["memory"] += 1
+    return mix

@@ -9,6 +9,9 @@
 * :func:`spill_onset` finds the smallest block size that spills, per loss and ``num_warps``.
 * :func:`plot_register_pressure` draws registers per thread against block size, one panel per
   (loss, num_warps), with the estimate, the per-thread cap and the spilling configurations.
+* :func:`label_index_costs` compiles the two frames of cross-entropy's label test
+  (:mod:`kernels.teaching.label_index`) and counts their SASS.
+* :func:`label_index_effect` reads the recorded effect of the change on labels CE (the vocab sweep before and after).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import pandas as pd
 
 from ..measure.schema import error_text
 from ..model.occupancy import occupancy_of_counts
-from ..model.offline_compile import compile_launch
+from ..model.cubin import sass_instruction_mix
+from ..model.offline_compile import compile_launch, compile_offline
 from ..model.register_estimate import DEFAULT_OVERHEAD, predict_spill, register_cap, values_per_thread
 from .figures import check_frame
 
@@ -33,6 +37,8 @@ __all__ = [
     "compare_offline_measured",
     "spill_onset",
     "plot_register_pressure",
+    "label_index_costs",
+    "label_index_effect",
 ]
 
 CONFIG_KEYS = ("loss", "target_format", "variant", "vocab", "block_size", "num_warps")
@@ -285,3 +291,48 @@ def plot_register_pressure(df: pd.DataFrame, *, live_tiles: dict, overhead: int 
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+LABEL_FRAMES = {False: "row column, int64", True: "tile lane, int32"}
+
+
+def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int = 4, target=None) -> pd.DataFrame:
+    """One row per (frame, peeled head) of :func:`kernels.teaching.label_index.onehot_gradient_kernel` compiled for
+    sm_90 offline: registers per thread and the static SASS mix (``instructions``, ``compares_64``, the integer
+    opcodes that carry the index arithmetic)."""
+    import torch
+
+    from kernels.teaching.label_index import onehot_gradient_kernel
+
+    q = torch.zeros(4, n_cols, dtype=torch.bfloat16)
+    labels = torch.zeros(4, dtype=torch.int64)
+    heads = torch.zeros(4, dtype=torch.int32)
+    args = dict(q_ptr=q, labels_ptr=labels, heads_ptr=heads, out_ptr=q, n_cols=n_cols, row_stride=n_cols)
+    rows = []
+    for has_head in (False, True):
+        for lane_frame in (False, True):
+            options = {} if target is None else {"target": target}
+            compiled = compile_offline(onehot_gradient_kernel, args,
+                                       dict(BLOCK=block, LANE_FRAME=lane_frame, HAS_HEAD=has_head),
+                                       num_warps=num_warps, with_sass=True, **options)
+            mix = sass_instruction_mix(compiled.sass)
+            rows.append({"label test": LABEL_FRAMES[lane_frame], "peeled head": has_head, "n_regs": compiled.n_regs,
+                         **{key: mix.get(key, 0) for key in ("instructions", "compares_64", "IMAD", "IADD3", "LOP3")}})
+    return pd.DataFrame(rows)
+
+
+def label_index_effect(before: pd.DataFrame, after: pd.DataFrame, *, tokens: int = 4096,
+                       vocabs=(32000, 50257, 50304, 100277)) -> pd.DataFrame:
+    """Labels CE's public call, % of copy bandwidth, in two recordings of the vocab sweep (before and after a
+    change), bf16, at ``tokens`` and ``vocabs``."""
+    check_frame(before, ["loss", "target_format", "variant", "dtype", "tokens", "vocab", "pct_of_copy"])
+    check_frame(after, ["loss", "target_format", "variant", "dtype", "tokens", "vocab", "pct_of_copy"])
+
+    def pick(frame):
+        keep = ((frame["target_format"] == "labels") & (frame["variant"] == "public") & (frame["dtype"] == "bf16")
+                & (frame["tokens"] == tokens) & frame["vocab"].isin(list(vocabs)))
+        return frame[keep].set_index("vocab")["pct_of_copy"]
+
+    table = pd.DataFrame({"before": pick(before), "after": pick(after)}).round(1)
+    table["gain (points)"] = (table["after"] - table["before"]).round(1)
+    return table
