@@ -10,6 +10,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-deal PART PARTS, time-deal   # (row, chunk) pairs dealt (run I)
   python scripts/explore_lagged.py compile-deal-labels PART PARTS, time-deal-labels   # run I, labels CE's misses
   python scripts/explore_lagged.py compile-align PART PARTS, time-align   # peeled rows' body 16/32/128-byte aligned (J)
+  python scripts/explore_lagged.py compile-int32 PART PARTS, time-int32   # run in two code trees: int32 chunk start (O)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -21,7 +22,7 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 ``run_K_edges.patch``). How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
 (runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H),
 ``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
-``explore_peel_2026-11-26.txt`` (runs J and K).
+``explore_peel_2026-11-26.txt`` (runs J, K and O).
 """
 import json
 import math
@@ -118,6 +119,12 @@ ALIGN_CONFIGS = {"labels": [(4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 12
 # cost the head/tail steps or the peeled addressing? 50304 with PEEL forced on, and both with the head/tail steps off.
 FORCE_CELLS = ([("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 16384) for vocab in [50264, 50304]]
                + [("forward_kl", "logits", vocab, 4096) for vocab in [50264, 50304]])
+# Run O (2026-11-26): the lagged kernel's chunk start as int32 instead of int64 (one line, logs/run_O_int32_start.patch:
+# 16-32 fewer SASS instructions offline, the distribution losses' 64-bit compares 14 -> 2); two code trees alternated.
+INT32_CELLS = [(loss, fmt, vocab, 4096) for loss, fmt in [("cross_entropy", "labels"), ("cross_entropy", "logits"),
+                                                            ("forward_kl", "logits"), ("reverse_kl", "logits")]
+               for vocab in [50304, 151936]]
+INT32_CONFIGS = [(4096, 4, {}), (8192, 4, {"maxnreg": 128})]
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # run I, under ncu in each code tree: L2 and DRAM traffic when a chunk's second read is another program's
@@ -155,7 +162,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-deal": (DEAL_CELLS, lambda vocab: DEAL_CONFIGS),
         "-deal-labels": (DEAL_LABEL_CELLS, lambda vocab: DEAL_LABEL_CONFIGS),
         "-align": (ALIGN_CELLS, None),
-        "-force": (FORCE_CELLS, None)}
+        "-force": (FORCE_CELLS, None),
+        "-int32": (INT32_CELLS, lambda vocab: INT32_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
