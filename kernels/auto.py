@@ -66,6 +66,13 @@ def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int, v
     return Choice(best["variant"], block, int(best["num_warps"]), options, source="tuning table")
 
 
+def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
+    """The committed table's entry for a problem on its CUDA device (:func:`table_choice`): the fastest variant's, or
+    ``variant``'s own; the first-call search's seed."""
+    return table_choice(load_tuning_table(torch.cuda.get_device_name(problem.logits.device)), problem.loss,
+                        problem.target_format, _dtype_name(problem.logits.dtype), problem.n_cols, variant)
+
+
 def choose_config(problem: Problem, planners: dict, *, variant: str = "auto", block_size=None, num_warps=None,
                   **options) -> Choice:
     """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
@@ -73,10 +80,7 @@ def choose_config(problem: Problem, planners: dict, *, variant: str = "auto", bl
     for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
-        choice = table_choice(
-            load_tuning_table(torch.cuda.get_device_name(device)), problem.loss, problem.target_format,
-            _dtype_name(problem.logits.dtype), problem.n_cols, None if variant == "auto" else variant,
-        )
+        choice = table_entry(problem, None if variant == "auto" else variant)
         if variant == "auto":
             from . import autotune
 

@@ -162,7 +162,7 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
     for variant, block_size, num_warps, options in candidates(problem, seed):
         entry, plan = _time_candidate(planners, problem, variant, block_size, num_warps, options)
         timed.append(entry)
-        if "ms" in entry and plan.config.get("schedule") == "lagged" and "maxnreg" not in options:
+        if "ms" in entry and has_twins(plan, options):
             lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
@@ -178,6 +178,12 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
         return None
     best = min(ok, key=lambda entry: entry["ms"])
     return {**best, "source": "first-call search", "candidates": timed}
+
+
+def has_twins(plan, options: dict) -> bool:
+    """Whether the search may time this candidate's plan again under register caps (:func:`capped_registers`): a
+    lagged split_row kernel that has no cap of its own."""
+    return plan.config.get("schedule") == "lagged" and "maxnreg" not in options
 
 
 def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: int, num_warps: int, options: dict):

@@ -15,8 +15,6 @@ TARGET_FORMATS = ("labels", "logits")
 LOGITS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 MIN_BLOCK_SIZE = 16
-# Alignment of the body of a row that is peeled (Problem.peel_constexprs): 16 bytes is the widest load.
-PEEL_ALIGN_BYTES = 16
 MAX_BLOCK_SIZE = 65536  # one program's tile; larger tiles cannot be held by 1024 threads
 MAX_ROWS = 1 << 24  # the finish counters are fp32 (exact below 2**24 programs)
 
@@ -106,10 +104,10 @@ class Problem:
         on when Triton cannot prove 16-byte alignment itself (n_cols or a row stride not a multiple of 16) and every
         row of logits, target and gradient starts at the same offset within 16 bytes (equal strides modulo a
         16-byte vector), so one split serves them all; bases must be 16-byte aligned for it to pay."""
-        vec = PEEL_ALIGN_BYTES // self.logits.element_size()
+        vec = 16 // self.logits.element_size()
         strides = [self.logits.stride(0), self.n_cols] + ([self.target.stride(0)] if self.target is not None else [])
         tensors = [self.logits] + ([self.target] if self.target is not None else [])
-        misaligned = any(value % max(16, vec) for value in strides)  # Triton proves alignment from "% 16 == 0" ints
+        misaligned = any(value % 16 for value in strides)
         congruent = len({value % vec for value in strides}) == 1
         aligned_bases = all(t.data_ptr() % 16 == 0 for t in tensors) and (
             self.target is None or self.target.element_size() == self.logits.element_size())

@@ -38,19 +38,21 @@ from kernels import reference, split_row
 
 LAG = int(os.environ.get("LAG", "2"))
 split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first compiled in this process
-# Run J: the alignment a peeled row's body starts at (kernels.problem.PEEL_ALIGN_BYTES), for this process.
-PEEL_BYTES = int(os.environ.get("PEEL_BYTES", str(kernels.problem.PEEL_ALIGN_BYTES)))
-kernels.problem.PEEL_ALIGN_BYTES = PEEL_BYTES
+# Run J: the alignment a peeled row's body starts at (16 bytes in the kernels), for this process: VEC of the peeled
+# launches (run with 6337c31, where kernels.problem held it; the cells' PEEL decisions are the same at 32 and 128 bytes).
+PEEL_BYTES = int(os.environ.get("PEEL_BYTES", "16"))
 # Run K: PEEL on where rows are 16-byte aligned (FORCE_PEEL=1: head and tail empty), the head/tail steps skipped
 # (NO_EDGE=1: the EDGES=False of logs/run_K_edges.patch's kernel; right only where head and tail are empty).
 FORCE_PEEL = os.environ.get("FORCE_PEEL") == "1"
 NO_EDGE = os.environ.get("NO_EDGE") == "1"
-if FORCE_PEEL or NO_EDGE:
+if FORCE_PEEL or NO_EDGE or PEEL_BYTES != 16:
     _peel_constexprs = kernels.problem.Problem.peel_constexprs
 
     def _experiment_peel(self):
         found = _peel_constexprs(self)
-        return dict(found, PEEL=found["PEEL"] or FORCE_PEEL, **({"EDGES": False} if NO_EDGE else {}))
+        peel = found["PEEL"] or FORCE_PEEL
+        return dict(found, PEEL=peel, **({"VEC": PEEL_BYTES // self.logits.element_size()} if peel else {}),
+                    **({"EDGES": False} if NO_EDGE else {}))
 
     kernels.problem.Problem.peel_constexprs = _experiment_peel
 TOKENS = 4096

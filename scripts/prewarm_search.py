@@ -14,8 +14,9 @@ import torch
 from kernels import auto, autotune
 from kernels.planning import PLANNERS
 from kernels.problem import build_problem
+from perfutils.measure.vocab_sweep import LOSSES as LOSS_PAIRS
 
-LOSSES = ("cross_entropy/labels", "cross_entropy/logits", "forward_kl/logits", "reverse_kl/logits")
+LOSSES = tuple(f"{loss}/{fmt}" for loss, fmt in LOSS_PAIRS)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 ROWS = 1024  # the compiled kernels do not depend on the row count (a multiple of 16, like the sweep's)
 
@@ -26,8 +27,7 @@ def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=la
     x = torch.randn(ROWS, vocab, device="cuda").to(dtype)
     t = torch.randint(0, vocab, (ROWS,), device="cuda") if fmt == "labels" else torch.randn_like(x)
     problem = build_problem(x, t, loss=loss, target_format=fmt, grad_output=None, ignore_index=-100, loss_mask=None)
-    seed = auto.table_choice(auto.load_tuning_table(torch.cuda.get_device_name()), loss, fmt,
-                             auto._dtype_name(dtype), vocab)
+    seed = auto.table_entry(problem)
     for index, (variant, block, warps, options) in enumerate(autotune.candidates(problem, seed)):
         if not take(index):
             continue
@@ -38,7 +38,7 @@ def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=la
             yield variant, block, warps, options, f"{type(error).__name__}: {error}"[:120]
             continue
         yield variant, block, warps, options, "compiled"
-        if plan.config.get("schedule") == "lagged" and "maxnreg" not in options:
+        if autotune.has_twins(plan, options):
             for cap in autotune.capped_registers(plan.launches[0].compiled, max(autotune.TWIN_STEPS)):
                 capped = dict(options, maxnreg=cap)
                 try:

@@ -51,10 +51,10 @@ def onehot_gradient(q: torch.Tensor, labels: torch.Tensor, heads: torch.Tensor |
         raise ValueError("q's rows must be contiguous (stride 1 along the columns)")
     if block < 16 or block & (block - 1):
         raise ValueError(f"block must be a power of two >= 16, got {block}")
-    out = torch.zeros_like(q)
     has_head = heads is not None
     if has_head and (heads.shape != labels.shape or heads.dtype != torch.int32):
         raise ValueError("heads must be an int32 tensor with one entry per row")
+    out = torch.zeros_like(q)
     grid = (q.shape[0], triton.cdiv(q.shape[1], block))
     onehot_gradient_kernel[grid](q, labels, heads if has_head else labels, out, q.shape[1], q.stride(0),
                                  BLOCK=block, LANE_FRAME=lane_frame, HAS_HEAD=has_head)

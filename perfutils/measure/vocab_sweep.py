@@ -333,9 +333,9 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
                         vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None,
                         log=print) -> Path | None:
     """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype``, ``vocabs``
-    and ``losses`` ("loss/target_format", e.g. "cross_entropy/labels") (each: all when None) out of a recorded study so its stages measure them again. Nothing is lost: the
-    whole file and its sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and the sidecar records what was
-    taken out and where it is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
+    and ``losses`` ("loss/target_format", e.g. "cross_entropy/labels"; each: all when None) out of a recorded study so
+    its stages measure them again. Nothing is lost: the whole file and its sidecar are first copied to
+    ``<stem>.replaced-<UTC>.*``, and the sidecar records what was taken out and where it is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
     import shutil
 
     import pandas as pd
@@ -354,7 +354,8 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
     if vocabs is not None:
         drop &= frame["vocab"].isin(list(vocabs))
     if losses is not None:
-        drop &= (frame["loss"] + "/" + frame["target_format"]).isin(list(losses))
+        losses = sorted(losses)
+        drop &= (frame["loss"] + "/" + frame["target_format"]).isin(losses)
     if not drop.any():
         log(f"{path}: no project rows match; nothing written")
         return None
@@ -366,7 +367,7 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
     meta.setdefault("forgotten", []).append({
         "time_utc": utc_now(), "rows": int(drop.sum()), "variants": list(PROJECT),
         "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
-        **({"losses": sorted(losses)} if losses is not None else {}),
+        **({"losses": losses} if losses is not None else {}),
         "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
     write_table(frame[~drop], path, meta, overwrite=True)
     log(f"{path}: {int(drop.sum())} project rows taken out to be measured again (the whole file kept in {kept.name})")

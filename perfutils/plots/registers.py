@@ -296,7 +296,7 @@ def plot_register_pressure(df: pd.DataFrame, *, live_tiles: dict, overhead: int 
 LABEL_FRAMES = {False: "row column, int64", True: "tile lane, int32"}
 
 
-def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int = 4, target=None) -> pd.DataFrame:
+def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int = 4) -> pd.DataFrame:
     """One row per (frame, peeled head) of :func:`kernels.teaching.label_index.onehot_gradient_kernel` compiled for
     sm_90 offline: registers per thread and the static SASS mix (``instructions``, ``compares_64``, the integer
     opcodes that carry the index arithmetic)."""
@@ -311,10 +311,9 @@ def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int 
     rows = []
     for has_head in (False, True):
         for lane_frame in (False, True):
-            options = {} if target is None else {"target": target}
             compiled = compile_offline(onehot_gradient_kernel, args,
                                        dict(BLOCK=block, LANE_FRAME=lane_frame, HAS_HEAD=has_head),
-                                       num_warps=num_warps, with_sass=True, **options)
+                                       num_warps=num_warps, with_sass=True)
             mix = sass_instruction_mix(compiled.sass)
             rows.append({"label test": LABEL_FRAMES[lane_frame], "peeled head": has_head, "n_regs": compiled.n_regs,
                          **{key: mix.get(key, 0) for key in ("instructions", "compares_64", "IMAD", "IADD3", "LOP3")}})
@@ -325,10 +324,8 @@ def label_index_effect(before: pd.DataFrame, after: pd.DataFrame, *, tokens: int
                        vocabs=(32000, 50257, 50304, 100277)) -> pd.DataFrame:
     """Labels CE's public call, % of copy bandwidth, in two recordings of the vocab sweep (before and after a
     change), bf16, at ``tokens`` and ``vocabs``."""
-    check_frame(before, ["loss", "target_format", "variant", "dtype", "tokens", "vocab", "pct_of_copy"])
-    check_frame(after, ["loss", "target_format", "variant", "dtype", "tokens", "vocab", "pct_of_copy"])
-
     def pick(frame):
+        check_frame(frame, ["target_format", "variant", "dtype", "tokens", "vocab", "pct_of_copy"])
         keep = ((frame["target_format"] == "labels") & (frame["variant"] == "public") & (frame["dtype"] == "bf16")
                 & (frame["tokens"] == tokens) & frame["vocab"].isin(list(vocabs)))
         return frame[keep].set_index("vocab")["pct_of_copy"]
