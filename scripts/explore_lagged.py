@@ -11,6 +11,8 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-deal-labels PART PARTS, time-deal-labels   # run I, labels CE's misses
   python scripts/explore_lagged.py compile-align PART PARTS, time-align   # peeled rows' body 16/32/128-byte aligned (J)
   python scripts/explore_lagged.py compile-int32 PART PARTS, time-int32   # run in two code trees: int32 chunk start (O)
+  python scripts/explore_lagged.py compile-even PART PARTS, time-even   # even chunks, distribution losses (run P)
+  python scripts/explore_lagged.py compile-even-labels PART PARTS, time-even-labels   # the same, labels CE (run P)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -22,7 +24,8 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 ``run_K_edges.patch``). How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
 (runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H),
 ``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
-``explore_peel_2026-11-26.txt`` (runs J, K and O).
+``explore_peel_2026-11-26.txt`` (runs J, K and O), ``explore_even_2026-11-26.txt`` (run P: needs the kernel and
+planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``).
 """
 import json
 import math
@@ -127,6 +130,39 @@ INT32_CELLS = [(loss, fmt, vocab, 4096) for loss, fmt in [("cross_entropy", "lab
                                                             ("forward_kl", "logits"), ("reverse_kl", "logits")]
                for vocab in [50304, 151936]]
 INT32_CONFIGS = [(4096, 4, {}), (8192, 4, {"maxnreg": 128})]
+# Run P (2026-11-26): even chunks (plan_split_row's ``chunks``): a row cut into chunks of equal width (a multiple of
+# 64 columns) instead of block_size-wide chunks and a sliver (151936 / 4096: 37 full chunks and 384 columns), and
+# more, narrower chunks that fill the resident programs with the same rows in flight (R // (R // chunks), R: the
+# resident programs of the 4-programs-per-SM kernels, 528 on the H100) or one more chunk a row.
+EVEN_CELLS = ([("forward_kl", "logits", vocab, 4096) for vocab in [32000, 50257, 50304, 100277, 128256, 151936, 200064,
+                                                                    256000]]
+              + [(loss, "logits", vocab, 4096) for loss in ("reverse_kl", "cross_entropy") for vocab in [50257, 151936]]
+              + [("forward_kl", "logits", 151936, 16384)])
+EVEN_LABEL_CELLS = [("cross_entropy", "labels", vocab, tokens) for vocab in [50257, 50304, 100277]
+                    for tokens in (4096, 16384)]
+EVEN_RESIDENT = 528
+
+
+def even_configs(bases):
+    """Run P: each of ``bases`` (the search's choices at these cells) as is, with even chunks, with narrower ones that
+    fill the resident programs, and with one more chunk a row."""
+    def configs(vocab):
+        out = []
+        for block, warps, options in bases(vocab):
+            first = math.ceil(vocab / block)
+            resident = EVEN_RESIDENT // (2 if options.get("maxnreg") == 251 else 1)
+            fill = resident // max(resident // first, 1)
+            out += [(block, warps, options)] + [(block, warps, dict(options, chunks=chunks))
+                                                 for chunks in sorted({first, fill, first + 1})]
+        return out
+    return configs
+
+
+def even_distribution_bases(vocab):
+    return ([(4096, 4, {})] + ([(4096, 4, {"maxnreg": 128})] if vocab > 131072 else [])
+            + ([(8192, 4, {"maxnreg": 251})] if vocab >= 256000 else []))
+
+
 PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 151936, 8192, 4, {}),
                     ("cross_entropy", "labels", 151936, 8192, 4, {}), ("cross_entropy", "labels", 50304, 8192, 4, {})],
           # run I, under ncu in each code tree: L2 and DRAM traffic when a chunk's second read is another program's
@@ -165,7 +201,9 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-deal-labels": (DEAL_LABEL_CELLS, lambda vocab: DEAL_LABEL_CONFIGS),
         "-align": (ALIGN_CELLS, None),
         "-force": (FORCE_CELLS, None),
-        "-int32": (INT32_CELLS, lambda vocab: INT32_CONFIGS)}
+        "-int32": (INT32_CELLS, lambda vocab: INT32_CONFIGS),
+        "-even": (EVEN_CELLS, even_configs(even_distribution_bases)),
+        "-even-labels": (EVEN_LABEL_CELLS, even_configs(lambda vocab: [(8192, 4, {"maxnreg": 128})]))}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
