@@ -147,9 +147,8 @@ def split_row_kernel(
                     lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
                     # The kernel boundary was the barrier: re-read the chunk (the cooperative form keeps it).
                     x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
-                    grad = gradient_from_summary(
-                        x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols + start, label, loss, LOSS
-                    )
+                    grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols,
+                                                 label_in_tile(label, start, BLOCK_SIZE), loss, LOSS)
                     tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
         else:
             if PHASE == PHASE_GRAD:
@@ -231,7 +230,8 @@ def split_row_cooperative_kernel(
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t)
                 q_factor = rescale(m_x, big_m_x) / big_s_x
                 p_factor = rescale(m_t, big_m_t) / big_s_t
-                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols + start, label, lse_diff2, loss, LOSS)
+                grad = tile_gradient(e_x, q_factor, e_t, p_factor, x2 - t2, cols,
+                                     label_in_tile(label, start, BLOCK_SIZE), lse_diff2, loss, LOSS)
                 tl.store(g_tile + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_row)
         else:
             tl.store(loss_rows_ptr + row, 0.0, mask=chunk == 0)

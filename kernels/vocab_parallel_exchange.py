@@ -38,6 +38,7 @@ from .row_math import (
     base2,
     finish_program,
     gradient_from_summary,
+    label_in_tile,
     load_raw_tiles,
     load_scales,
     lse_difference,
@@ -212,8 +213,8 @@ def exchange_kernel(
             tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
                 lse_diff2 = lse_difference(r_m_x, r_s_x, r_m_t, r_s_t)
-                grad = gradient_from_summary(base2(x_old), base2(t_old), r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2,
-                                             cols + start, label - col_offset, loss, LOSS)
+                grad = gradient_from_summary(base2(x_old), base2(t_old), r_m_x, r_s_x, r_m_t, r_s_t, lse_diff2, cols,
+                                             label_in_tile(label - col_offset, start, BLOCK_SIZE), loss, LOSS)
                 tl.store(grad_ptr + old * n_cols + start + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                          mask=in_row, eviction_policy="evict_first")
         elif row >= behind:  # a row that does not count: zero loss and gradient

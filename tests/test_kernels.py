@@ -299,14 +299,15 @@ def test_keep_last_tile(loss_index, vocab, gen, oracle):
 def test_labels_at_tile_edges(vocab, gen, oracle):
     """Labels CE tests each label against a tile's own lanes (row_math.label_in_tile): labels on both sides of every
     32-column boundary (the tiles', counted from a peeled row's head), at the row's first and last columns and in a
-    peeled row's head and tail (93 and 157 columns: rows not 16-byte aligned); one tile, several, the last one kept."""
+    peeled row's head and tail (93 and 157 columns: rows not 16-byte aligned); one tile, several, the last one kept,
+    and rows split into chunks (split_row's multi-launch form: the chunk is the tile)."""
     columns = sorted({*range(9), *range(vocab - 9, vocab)} | {c for edge in range(32, vocab, 32)
                                                                for c in range(edge - 3, edge + 8)})
     for dtype in (torch.float32, torch.bfloat16):
         logits, _unused = oracle.make_inputs(gen, (len(columns), vocab), dtype, "labels")
         labels = torch.tensor(columns, device=logits.device)
         for variant, block_size, options in (("fused", 512, {}), ("fused", 32, {}), ("fused", 32, {"keep_last": True}),
-                                             ("split_row", 64, {"split": False})):
+                                             ("split_row", 64, {"split": False}), ("split_row", 32, {})):
             plan = kernels.prepare(logits, labels, loss="cross_entropy", target_format="labels", variant=variant,
                                    block_size=block_size, num_warps=2, **options)
             oracle.check(logits, labels, plan.run(), loss="cross_entropy", target_format="labels",

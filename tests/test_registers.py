@@ -301,6 +301,25 @@ def test_label_test_in_the_tile_frame_is_cheaper():
         assert lane["n_regs"] <= row["n_regs"], head
 
 
+def test_split_row_labels_kernels_test_the_label_in_the_tile_frame():
+    """split_row's multi-launch gradient kernel and its "wait" cooperative kernel (labels CE, 4096-column chunks of
+    4 warps: 32 columns a thread) compiled for sm_90: the label is compared with the tile's int32 lanes
+    (row_math.label_in_tile), so fewer 64-bit compares than a thread's 32 columns (52 with the row's int64 column)."""
+    import kernels
+    from kernels import split_row
+    from kernels.launch import Launch
+
+    logits = torch.zeros(64, 50304, dtype=torch.bfloat16)
+    plan = kernels.prepare(logits, torch.zeros(64, dtype=torch.int64), loss="cross_entropy", target_format="labels",
+                           variant="split_row", block_size=4096, num_warps=4, cooperative=False)
+    grad = plan.launches[1]
+    wait = Launch("split_row.cooperative", split_row.split_row_cooperative_kernel, grad.grid, dict(grad.args),
+                  {name: value for name, value in grad.constexprs.items() if name != "PHASE"}, num_warps=4)
+    for launch in (grad, wait):
+        mix = cubin.sass_instruction_mix(offline_compile.compile_launch(launch, with_sass=True).sass)
+        assert mix["compares_64"] < 32, (launch.name, mix["compares_64"])
+
+
 def test_local_memory_excerpt_on_ptx():
     ptx = "\n".join([f"  add.f32 %f{i}, %f{i}, %f{i};" for i in range(10)]
                     + ["  st.local.f32 [%rd1], %f1;"]

@@ -59,6 +59,12 @@ def _cases() -> list[dict]:
                       design="symmetric", shape=(3,), all_ignored=True, grad_output=1.0))
     cases.append(dict(name="forward_kl-logits-all_gather-compiled", loss="forward_kl", fmt="logits",
                       design="all_gather", shape=(3,), autograd=True, compiled=True))
+    # Several tiles a rank: labels on both sides of tile edges, in either rank's slice (the interpreter runs the
+    # symmetric design's exchange with one chunk a rank only).
+    for design in DESIGNS if ON_GPUS else ("all_gather",):
+        cases.append(dict(name=f"cross_entropy-labels-{design}-tiles", loss="cross_entropy", fmt="labels",
+                          design=design, shape=(10,), vocab=200, block_size=16, grad_output=1.0,
+                          labels=[47, 0, 15, 16, 99, 100, 101, 115, 116, 199]))
     if ON_GPUS:
         for loss, fmt in (("cross_entropy", "labels"), ("reverse_kl", "logits")):
             for design in DESIGNS:
@@ -82,6 +88,8 @@ def _inputs(case: dict, seed: int, device):
     logits = (torch.randn(*shape, vocab, generator=gen) * 3).to(dtype)
     if case["fmt"] == "labels":
         target = torch.randint(0, vocab, shape, generator=gen)
+        if "labels" in case:
+            target = torch.tensor(case["labels"]).reshape(shape)
         target.view(-1)[0] = -100
         if case.get("all_ignored"):
             target.fill_(-100)
@@ -159,8 +167,10 @@ def _run_case(case: dict, rank: int, group, device) -> dict:
     else:
         grad_output = _grad_output(case, device)
         reference = kernels.entropy_loss_forward_backward(logits, target, grad_output=grad_output, **options)
+        tiles = {"block_size": case["block_size"]} if "block_size" in case else {}
         loss, grad = _repeated(lambda: kernels.entropy_loss_forward_backward(
-            local_logits, local_target, grad_output=grad_output, group=group, tp_design=case["design"], **options), case)
+            local_logits, local_target, grad_output=grad_output, group=group, tp_design=case["design"], **tiles,
+            **options), case)
     losses = [torch.zeros((), device=device) for _ in range(WORLD)]
     dist.all_gather(losses, loss.detach().float().reshape(()), group=group)
     result = {"loss": float(loss), "ref_loss": float(reference[0]), "losses_equal": len({float(v) for v in losses}) == 1}

@@ -47,6 +47,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from .fast_llm import checkout_commit
+
 NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STUDY = "tensor_parallel"
 LOSSES = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
@@ -563,18 +565,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _git_commit(path: str | None) -> str | None:
-    import subprocess
-
-    if not path:
-        return None
-    try:
-        return subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data")
@@ -604,7 +594,7 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"every vocab must be divisible by the world size {options.world_size}: {bad}")
     args = {"out": options.out, "tokens": options.tokens, "vocab": options.vocab, "fast_llm": options.fast_llm,
-            "budget_s": options.budget_s, "fast_llm_commit": _git_commit(options.fast_llm), "device": options.device,
+            "budget_s": options.budget_s, "fast_llm_commit": checkout_commit(options.fast_llm) if options.fast_llm else None, "device": options.device,
             "quick": options.device == "cpu", "losses": [tuple(name.split("/")) for name in options.losses]}
     mp.spawn(_worker, args=(options.world_size, _free_port(), args), nprocs=options.world_size, join=True)
     return 0
