@@ -422,6 +422,8 @@ def _run(rank, world_size, group, device, args) -> None:
         return config_key(row) not in done_keys
 
     variants = ["tp1-auto"] + [f"tp2-{design}" for design in DESIGNS] + (["tp2-fast_llm"] if fast_llm else [])
+    if args.get("symmetric_configs"):  # an exploration: only the symmetric design, at the configurations named
+        variants = [f"tp2-symmetric-{block}/{warps}" for block, warps in args["symmetric_configs"]]
     stopped = None
     for tokens in args["tokens"]:
         for vocab in args["vocab"]:
@@ -480,23 +482,26 @@ def _measure_shape(rank, world_size, group, device, tokens, vocab, todo, copy_gb
     everyone: list = [None] * world_size
     dist.all_gather_object(everyone, tp1_rows, group=group)
     out += [row for rows_of_rank in everyone for row in rows_of_rank]
+    designs = [(design, design, {}) for design in DESIGNS] + [
+        (f"symmetric-{block}/{warps}", "symmetric", {"block_size": block, "num_warps": warps})
+        for block, warps in args.get("symmetric_configs") or ()]
     for loss, fmt in LOSSES:
         target = local["labels"] if fmt == "labels" else local["target"]
-        for design in DESIGNS:
-            if (loss, fmt, f"tp2-{design}") not in todo:
+        for name, design, kernel_config in designs:
+            if (loss, fmt, f"tp2-{name}") not in todo:
                 continue
             plan = kernels.prepare(local["logits"], target, loss=loss, target_format=fmt, group=group,
-                                   tp_design=design)
+                                   tp_design=design, **kernel_config)
             config = dict(plan.config)
             del plan
             counts = vocab_parallel.bytes_per_rank(design, loss=loss, target_format=fmt, n_rows=tokens, vocab=vocab,
                                                    world_size=world_size, num_chunks=config.get("num_chunks"))
 
-            def fn(target=target, loss=loss, fmt=fmt, design=design):
+            def fn(target=target, loss=loss, fmt=fmt, design=design, kernel_config=kernel_config):
                 return kernels.entropy_loss_forward_backward(local["logits"], target, loss=loss, target_format=fmt,
-                                                             group=group, tp_design=design)
+                                                             group=group, tp_design=design, **kernel_config)
 
-            out.append(_measure_tp2(design, fn, config, counts, local, loss, fmt, references[(loss, fmt)], rows,
+            out.append(_measure_tp2(name, fn, config, counts, local, loss, fmt, references[(loss, fmt)], rows,
                                     columns, group, device, copy_gbps, args["quick"]))
         if fast_llm and (loss, fmt, "tp2-fast_llm") in todo:
             entry, loss_types, formats = fast_llm
@@ -556,7 +561,9 @@ def _parameters(args: dict, world_size: int, fast_llm_note: str) -> dict:
             "fast_llm_note": fast_llm_note or "measured", "fast_llm_commit": args.get("fast_llm_commit"),
             "timing": "tp1: do_bench median (L2 flushed); tp2: max over ranks of each rank's median of paired calls "
                       "(L2 flushed), ms_batch: max over ranks of a back-to-back batch",
-            "tp1_devices": "the ranks split the losses and measure tp=1 at once, each on its own GPU"}
+            "tp1_devices": "the ranks split the losses and measure tp=1 at once, each on its own GPU",
+            **({"symmetric_configs": [f"{block}/{warps}" for block, warps in args["symmetric_configs"]]}
+               if args.get("symmetric_configs") else {})}
 
 
 def _free_port() -> int:
@@ -577,6 +584,9 @@ def main(argv=None) -> int:
                         help="start no new shape after this many seconds (rerun to continue)")
     parser.add_argument("--losses", nargs="+", default=[f"{loss}/{fmt}" for loss, fmt in LOSSES],
                         choices=[f"{loss}/{fmt}" for loss, fmt in LOSSES])
+    parser.add_argument("--symmetric-configs", nargs="+", default=[], metavar="BLOCK/WARPS",
+                        help="an exploration: time only the symmetric design, at these chunk sizes and warps (write "
+                             "to an --out other than the recorded study's)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: a smoke run of the harness (gloo, the Triton interpreter, host timers; tiny shapes, "
                              "meaningless times)")
@@ -595,7 +605,8 @@ def main(argv=None) -> int:
         parser.error(f"every vocab must be divisible by the world size {options.world_size}: {bad}")
     args = {"out": options.out, "tokens": options.tokens, "vocab": options.vocab, "fast_llm": options.fast_llm,
             "budget_s": options.budget_s, "fast_llm_commit": checkout_commit(options.fast_llm) if options.fast_llm else None, "device": options.device,
-            "quick": options.device == "cpu", "losses": [tuple(name.split("/")) for name in options.losses]}
+            "quick": options.device == "cpu", "losses": [tuple(name.split("/")) for name in options.losses],
+            "symmetric_configs": [tuple(int(part) for part in config.split("/")) for config in options.symmetric_configs]}
     mp.spawn(_worker, args=(options.world_size, _free_port(), args), nprocs=options.world_size, join=True)
     return 0
 
