@@ -73,3 +73,21 @@ def test_figures_render(tmp_path):
         tpp.plot_bytes_per_rank(bytes_model([4096], [131072]), tokens=1, vocab=131072)
     with pytest.raises(ValueError, match="missing columns"):
         tpp.time_table(pd.DataFrame({"loss": []}))
+
+
+def test_readme_tensor_parallel_results_are_generated_from_the_data():
+    """The README's tensor-parallel table is perfutils.plots.summary's output for the recorded study, and says how
+    many shapes meet the bound (read from the same rows)."""
+    from pathlib import Path
+
+    from perfutils.measure.records import load_records
+    from perfutils.plots import summary
+
+    repo = Path(__file__).resolve().parents[1]
+    gpu_dir = repo / "data" / "h100-sxm-80gb"
+    if not (gpu_dir / "tensor_parallel.csv").exists():
+        pytest.skip("no tensor_parallel.csv recorded")
+    text = summary.tensor_parallel_table(gpu_dir)
+    assert text in (repo / "README.md").read_text()
+    verdict = tpp.acceptance(load_records(gpu_dir / "tensor_parallel.csv"))
+    assert f"at {int(verdict['met'].sum())} of {len(verdict)} shapes" in text

@@ -423,12 +423,12 @@ def test_measurement_harness_smoke(tmp_path):
     assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
                                  "--losses", "cross_entropy/labels"]) == 0  # resumes: nothing left to measure
     assert len(records.load_records(path)) == 3
-    # Notebook 10 (kept as .pending until GPU data exists) replays these rows on the CPU.
+    # Notebook 10 replays these rows on the CPU.
     import papermill
 
     root = Path(__file__).resolve().parents[1]
     notebook = tmp_path / "10_tensor_parallel.ipynb"
-    notebook.write_bytes((root / "notebooks" / "10_tensor_parallel.ipynb.pending").read_bytes())
+    notebook.write_bytes((root / "notebooks" / "10_tensor_parallel.ipynb").read_bytes())
     papermill.execute_notebook(str(notebook), str(tmp_path / "executed.ipynb"), cwd=str(root), progress_bar=False,
                                parameters=dict(MODE="replay", DATA_DIR=str(tmp_path), FIG_DIR=str(tmp_path / "figs"),
                                                GPU="cpu", TOKENS=[8], VOCABS=[32]))

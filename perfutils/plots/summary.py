@@ -3,6 +3,7 @@
     python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]                # benchmark.csv's table
     python -m perfutils.plots.summary --vocab-sweep [--gpu-dir data/h100-sxm-80gb]  # vocab_sweep.csv's table
     python -m perfutils.plots.summary --public-call [--gpu-dir data/h100-sxm-80gb]  # public_call.csv's table
+    python -m perfutils.plots.summary --tensor-parallel [--gpu-dir data/h100-sxm-80gb]  # tensor_parallel.csv's
 """
 
 from __future__ import annotations
@@ -277,11 +278,56 @@ def _first_of_their_process(rows, meta: dict, chosen) -> int:
     return count
 
 
+_TP_COLUMNS = (("tp2-symmetric", "tp=2 symmetric"), ("tp2-all_gather", "tp=2 all_gather"), ("tp2-fast_llm",
+                                                                                         "tp=2 Fast-LLM"))
+
+
+def tensor_parallel_table(gpu_dir: Path) -> str:
+    """The vocab-parallel study (tensor_parallel.csv): per loss x tokens x vocab, tp=1's step time and each tp=2
+    design's (ms, and / tp=1), then how many shapes meet issue 16's bound (symmetric <= 0.6 x tp=1, no slower than
+    Fast-LLM's tp=2)."""
+    from .tensor_parallel import TARGET_RATIO, acceptance, time_table
+
+    path = gpu_dir / "tensor_parallel.csv"
+    df = load_records(path)
+    meta = df.attrs["metadata"]
+    table = time_table(df)
+    designs = [(variant, name) for variant, name in _TP_COLUMNS if variant in table]
+    lines = ["| loss | tokens × vocab | tp=1 (one GPU) | " + " | ".join(name for _v, name in designs) + " |",
+             "|---|---|---|" + "---|" * len(designs)]
+    for row in table.to_dict("records"):
+        cells = [f"{_ms(row.get(variant))} ({row.get(variant) / row['tp1-auto']:.2f}×)"
+                 if pd.notna(row.get(variant)) else "-" for variant, _name in designs]
+        lines.append(f"| {row['loss']} ({row['target_format']}) | {row['tokens']} × {row['vocab']} | "
+                     f"{_ms(row.get('tp1-auto'))} | " + " | ".join(cells) + " |")
+    ranks = meta.get("ranks") or []
+    gpus = " + ".join(str(rank.get("gpu_name")) for rank in ranks) or meta.get("gpu_name")
+    parameters = meta.get("parameters", {})
+    fast_llm = parameters.get("fast_llm_commit")
+    source = (f"ms per step (loss and gradient), bf16; tp=1: the public call on one GPU holding the whole vocabulary "
+              f"(do_bench median, L2 flushed); tp=2: each rank holds half, the slower rank's median of paired calls "
+              f"(L2 flushed); (×): over tp=1. {gpus}, {'NVLink' if 'NV' in str(meta.get('topology')) else 'one host'}, torch "
+              f"{meta.get('torch_version')}, Triton {meta.get('triton_version')}, NCCL {meta.get('nccl_version')}"
+              + (f", Fast-LLM {fast_llm[:8]}" if fast_llm else "")
+              + f"; recorded {str(meta.get('timestamp_utc') or '')[:10]} (data/{gpu_dir.name}/tensor_parallel.csv).")
+    verdict = acceptance(df)
+    missed = verdict[~verdict["met"]]
+    summary = (f"tp=2 symmetric ≤ {TARGET_RATIO} × tp=1 and no slower than Fast-LLM's tp=2 at {int(verdict['met'].sum())} "
+               f"of {len(verdict)} shapes; symmetric / tp=1 {verdict['ratio_to_tp1'].min():.2f}–"
+               f"{verdict['ratio_to_tp1'].max():.2f}, symmetric / Fast-LLM {verdict['ratio_to_fast_llm'].min():.2f}–"
+               f"{verdict['ratio_to_fast_llm'].max():.2f}"
+               + ("; over the bound: " + ", ".join(f"{r.loss} ({r.target_format}) {r.tokens} × {r.vocab} "
+                                                 f"{r.ratio_to_tp1:.2f}" for r in missed.itertuples())
+                  if len(missed) else "") + ".")
+    return "\n".join(lines) + "\n\n" + source + "\n\n" + summary
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils.plots.summary")
     parser.add_argument("--gpu-dir", type=Path, default=Path("data/h100-sxm-80gb"))
     parser.add_argument("--vocab-sweep", action="store_true", help="the vocab sweep's table (vocab_sweep.csv)")
     parser.add_argument("--public-call", action="store_true", help="issue 13's grid in one process (public_call.csv)")
+    parser.add_argument("--tensor-parallel", action="store_true", help="tp=2 against tp=1 (tensor_parallel.csv)")
     parser.add_argument("--tokens", type=int, default=4096, help="the vocab sweep's table at this token count")
     parser.add_argument("--vocabs", type=int, nargs="+", default=list(README_VOCABS),
                         help="the vocab sweep's table at these vocabularies")
@@ -290,6 +336,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.public_call:
         print(public_call_table(args.gpu_dir))
+    elif args.tensor_parallel:
+        print(tensor_parallel_table(args.gpu_dir))
     else:
         print(vocab_sweep_table(args.gpu_dir, tokens=args.tokens, vocabs=tuple(args.vocabs),
                                 grid_lines=not args.table_only)
