@@ -48,7 +48,8 @@ def enabled() -> bool:
 
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
-_SEARCH_SOURCES = ("autotune.py", "fused.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py")
+_SEARCH_SOURCES = ("autotune.py", "fused.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py",
+                   "vocab_parallel.py", "vocab_parallel_exchange.py", "vocab_parallel_search.py")
 
 
 def code_stamp() -> str:
@@ -82,18 +83,18 @@ def shape_class(problem: Problem) -> str:
             f"/mask={problem.mask is not None}/grad={problem.compute_grad}")
 
 
-def _read(path: Path) -> dict:
+def read_cache(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
 
 
-def _write(path: Path, key: str, entry: dict) -> None:
+def write_cache(path: Path, key: str, entry: dict) -> None:
     """Read-merge-replace, atomically (ranks of one job may search at once: the last writer wins per key)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        merged = _read(path)
+        merged = read_cache(path)
         merged[key] = entry
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         with os.fdopen(handle, "w") as file:
@@ -143,7 +144,7 @@ def choose(problem: Problem, seed, planners: dict):
     entry = _MEMORY.get(memory_key)
     if entry is None:
         path = cache_file(gpu_name)
-        entry = _read(path).get(key)
+        entry = read_cache(path).get(key)
         if entry is None:
             if not enabled() or torch.cuda.is_current_stream_capturing() or problem.n_rows == 0:
                 return None
@@ -151,7 +152,7 @@ def choose(problem: Problem, seed, planners: dict):
                 entry = _search(problem, seed, planners)
             if entry is None:
                 return None
-            _write(path, key, entry)
+            write_cache(path, key, entry)
         _MEMORY[memory_key] = entry
     return entry["variant"], entry["block_size"], entry["num_warps"], entry["options"], entry["source"]
 

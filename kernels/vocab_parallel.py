@@ -17,7 +17,9 @@ Two designs (``tp_design``):
   gloo), any placement of the ranks.
 * ``"symmetric"`` (:mod:`kernels.vocab_parallel_exchange`): one kernel per rank reads each logit once from DRAM and
   exchanges the per-row summaries with its peers' kernels directly, through symmetric memory over NVLink
-  (:mod:`kernels.peer_memory`); no collective launch, bounded waits. Ranks of one host only.
+  (:mod:`kernels.peer_memory`); no collective launch, bounded waits. Ranks of one host only. Without block_size
+  and num_warps, the ranks time its chunk sizes together at the first call of a shape class and keep the fastest
+  (:mod:`kernels.vocab_parallel_search`, cached on disk like auto's search).
 * ``"auto"``: symmetric on CUDA when every rank of the group runs on one host (checked at the first call of a shape)
   and the interpreter is off; all_gather otherwise.
 
@@ -50,7 +52,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from . import ops
+from . import ops, vocab_parallel_search
 from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
                        direct_launch)
 from .launch import Launch
@@ -521,7 +523,17 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     if validate:
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, hosts)
-    return plan_vocab_parallel(vp, design, block_size, num_warps, options)
+    source = None
+    if design == "symmetric" and block_size is None and num_warps is None:  # the ranks choose the chunks together
+        unknown = sorted(set(options) - set(OPTIONS[design]))
+        if not unknown:
+            block_size, num_warps, source = vocab_parallel_search.choose(
+                vp, lambda block, warps: plan_symmetric(vp, block, warps, **options),
+                default_exchange_config(vp.problem.n_cols))
+    plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
+    if source is not None:
+        plan.config["source"] = source
+    return plan
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -113,13 +113,13 @@ def test_cache_file_names_the_triton_version_and_the_kernels_code(monkeypatch, t
 
 def test_disk_cache_merges_entries_atomically(tmp_path):
     path = tmp_path / "gpu" / "triton-x.json"
-    autotune._write(path, "a", {"variant": "fused", "block_size": 16, "num_warps": 1, "options": {}, "source": "s"})
-    autotune._write(path, "b", {"variant": "split_row", "block_size": 32, "num_warps": 2, "options": {}, "source": "s"})
+    autotune.write_cache(path, "a", {"variant": "fused", "block_size": 16, "num_warps": 1, "options": {}, "source": "s"})
+    autotune.write_cache(path, "b", {"variant": "split_row", "block_size": 32, "num_warps": 2, "options": {}, "source": "s"})
     stored = json.loads(path.read_text())
     assert set(stored) == {"a", "b"} and stored["b"]["block_size"] == 32
     assert not list(path.parent.glob(".tmp-*"))  # no temporary file left behind
     path.write_text("{not json")
-    assert autotune._read(path) == {}  # a damaged cache is ignored, never fatal
+    assert autotune.read_cache(path) == {}  # a damaged cache is ignored, never fatal
 
 
 @pytest.mark.parametrize("value, expected", [("0", False), ("off", False), ("1", True), ("", True)])

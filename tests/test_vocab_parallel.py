@@ -385,6 +385,25 @@ def test_checked_calls_are_bounded_and_checked_again_once_forgotten(monkeypatch,
     assert len(vocab_parallel._HOSTS) == 4
 
 
+def test_exchange_search_agrees_across_ranks_and_stays_off_the_cpu():
+    """kernels.vocab_parallel_search: the ranks keep a cached choice only when every rank read the same one; its key
+    names the group's size; off a GPU (here) nothing is timed and the default comes back, with no collective."""
+    from kernels import vocab_parallel_search as search
+    from kernels.problem import build_problem
+
+    entry = {"block_size": 8192, "num_warps": 4, "source": "first-call search"}
+    assert search.agreed_entry([entry, dict(entry)]) == entry
+    assert search.agreed_entry([entry, None]) is None and search.agreed_entry([None, None]) is None
+    assert search.agreed_entry([entry, dict(entry, block_size=4096)]) is None
+    logits = torch.zeros(16, 20000)
+    problem = build_problem(logits, torch.zeros(16, dtype=torch.int64), loss="cross_entropy", target_format="labels",
+                            grad_output=1.0, ignore_index=-100, loss_mask=None)
+    vp = vocab_parallel.VocabParallelProblem(problem, None, 0, 2)
+    assert search.shape_class(vp).startswith("vocab_parallel/symmetric/tp=2/cross_entropy/labels/")
+    assert not search.searchable(vp)
+    assert search.choose(vp, lambda *_: pytest.fail("nothing is planned off a GPU"), (4096, 4)) == (4096, 4, "default")
+
+
 def test_bytes_per_rank():
     common = dict(loss="cross_entropy", target_format="labels", n_rows=4096, vocab=131072, world_size=2)
     tp1 = vocab_parallel.bytes_per_rank("tp1", **common)
@@ -423,6 +442,16 @@ def test_measurement_harness_smoke(tmp_path):
     assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
                                  "--losses", "cross_entropy/labels"]) == 0  # resumes: nothing left to measure
     assert len(records.load_records(path)) == 3
+    # --forget takes a variant's rows out (the whole file kept aside) and the next run measures them again
+    assert tensor_parallel.main(["--out", str(tmp_path), "--gpu", "cpu", "--tokens", "8", "--vocab", "32",
+                                 "--forget", "tp2-symmetric"]) == 0
+    assert sorted(records.load_records(path)["variant"]) == ["tp1-auto", "tp2-all_gather"]
+    kept = list(path.parent.glob("tensor_parallel.replaced-*.csv"))
+    assert len(kept) == 1 and len(records.load_records(kept[0])) == 3
+    assert records.load_metadata(path)["forgotten"][0]["variants"] == ["tp2-symmetric"]
+    assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
+                                 "--losses", "cross_entropy/labels"]) == 0
+    assert sorted(records.load_records(path)["variant"]) == ["tp1-auto", "tp2-all_gather", "tp2-symmetric"]
     # Notebook 10 replays these rows on the CPU.
     import papermill
 

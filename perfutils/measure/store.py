@@ -399,3 +399,48 @@ class ResultStore:
             prefix = b""
         lines.extend(_csv_line([row.get(name, "") for name in columns]) for row in new_rows)
         _atomic_write(self.path, prefix + "".join(lines).encode("utf-8"))
+
+
+def forget_rows(path, variants: Iterable[str], tokens: Iterable[int] | None = None, *, dtype: str | None = None,
+                vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None, log=print) -> Path | None:
+    """Take the rows of ``variants`` (and of ``tokens``, ``dtype``, ``vocabs``, ``losses`` as "loss/target_format";
+    each: all when None) out of a recorded study so its resumable runner measures them again, after a change to what
+    they measure. Nothing is lost: the whole file and its sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and
+    the sidecar records what was taken out and where it is kept. Returns the copy of the CSV (None when no row
+    matched: nothing is written)."""
+    import shutil
+
+    from .records import load_metadata, sidecar_path
+    from .schema import utc_now
+
+    path = Path(path)
+    variants = list(variants)
+    frame = pd.read_csv(path)
+    drop = frame["variant"].isin(variants)
+    if tokens is not None:
+        drop &= frame["tokens"].isin(list(tokens))
+    if dtype is not None:
+        drop &= frame["dtype"] == dtype
+    if vocabs is not None:
+        drop &= frame["vocab"].isin(list(vocabs))
+    if losses is not None:
+        losses = sorted(losses)
+        drop &= (frame["loss"] + "/" + frame["target_format"]).isin(losses)
+    if not drop.any():
+        log(f"{path}: no rows of {variants} match; nothing written")
+        return None
+    stamp = replaced_stamp(path, sidecar_path(path))
+    kept = replaced_path(path, stamp)
+    shutil.copy2(path, kept)
+    shutil.copy2(sidecar_path(path), replaced_path(sidecar_path(path), stamp))
+    meta = load_metadata(path)
+    meta.setdefault("forgotten", []).append({
+        "time_utc": utc_now(), "rows": int(drop.sum()), "variants": variants,
+        "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
+        **({"losses": losses} if losses is not None else {}),
+        "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
+    write_table(frame[~drop], path, meta, overwrite=True)
+    log(f"{path}: {int(drop.sum())} rows of {variants} taken out to be measured again (the whole file kept in "
+        f"{kept.name})")
+    return kept
+

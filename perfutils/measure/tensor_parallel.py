@@ -2,6 +2,7 @@
 
     python -m perfutils.measure.tensor_parallel --out data [--tokens 4096 16384] [--vocab 131072 151936 256000]
         [--fast-llm PATH] [--budget-s 360]
+    python -m perfutils.measure.tensor_parallel --out data --gpu NAME --forget tp2-symmetric   # to measure it again
 
 Spawns one process per GPU (NCCL over a localhost TCP store; NVLink multicast off: ``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1`` are set here, for every child). For every
@@ -587,10 +588,23 @@ def main(argv=None) -> int:
     parser.add_argument("--symmetric-configs", nargs="+", default=[], metavar="BLOCK/WARPS",
                         help="an exploration: time only the symmetric design, at these chunk sizes and warps (write "
                              "to an --out other than the recorded study's)")
+    parser.add_argument("--forget", nargs="+", default=[], metavar="VARIANT",
+                        help="take these variants' rows out of the recorded study (the whole file kept as "
+                             "<stem>.replaced-<UTC>.*) so the next run measures them again, then exit; needs --gpu")
+    parser.add_argument("--gpu", help="with --forget: the GPU whose study it is (its name, e.g. 'NVIDIA H100 80GB HBM3')")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: a smoke run of the harness (gloo, the Triton interpreter, host timers; tiny shapes, "
                              "meaningless times)")
     options = parser.parse_args(argv)
+    if options.forget:
+        if not options.gpu:
+            parser.error("--forget needs --gpu (whose recorded study)")
+        from .schema import data_path
+        from .store import forget_rows
+
+        forget_rows(data_path(options.out, options.gpu, STUDY), options.forget, options.tokens, vocabs=options.vocab,
+                    losses=options.losses)
+        return 0
     os.environ.update(NO_MULTICAST_ENV)  # inherited by the ranks too
     import torch
     import torch.multiprocessing as mp

@@ -333,45 +333,11 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
                         vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None,
                         log=print) -> Path | None:
     """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype``, ``vocabs``
-    and ``losses`` ("loss/target_format", e.g. "cross_entropy/labels"; each: all when None) out of a recorded study so
-    its stages measure them again. Nothing is lost: the whole file and its sidecar are first copied to
-    ``<stem>.replaced-<UTC>.*``, and the sidecar records what was taken out and where it is kept. Returns the copy of the CSV (None when no row matched: nothing is written)."""
-    import shutil
+    and ``losses`` out of a recorded study so its stages measure them again (:func:`perfutils.measure.store.forget_rows`:
+    nothing is lost)."""
+    from .store import forget_rows
 
-    import pandas as pd
-
-    from .records import load_metadata, sidecar_path
-    from .schema import utc_now
-    from .store import replaced_path, replaced_stamp, write_table
-
-    path = Path(path)
-    frame = pd.read_csv(path)
-    drop = frame["variant"].isin(PROJECT)
-    if tokens is not None:
-        drop &= frame["tokens"].isin(list(tokens))
-    if dtype is not None:
-        drop &= frame["dtype"] == dtype
-    if vocabs is not None:
-        drop &= frame["vocab"].isin(list(vocabs))
-    if losses is not None:
-        losses = sorted(losses)
-        drop &= (frame["loss"] + "/" + frame["target_format"]).isin(losses)
-    if not drop.any():
-        log(f"{path}: no project rows match; nothing written")
-        return None
-    stamp = replaced_stamp(path, sidecar_path(path))
-    kept = replaced_path(path, stamp)
-    shutil.copy2(path, kept)
-    shutil.copy2(sidecar_path(path), replaced_path(sidecar_path(path), stamp))
-    meta = load_metadata(path)
-    meta.setdefault("forgotten", []).append({
-        "time_utc": utc_now(), "rows": int(drop.sum()), "variants": list(PROJECT),
-        "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
-        **({"losses": losses} if losses is not None else {}),
-        "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
-    write_table(frame[~drop], path, meta, overwrite=True)
-    log(f"{path}: {int(drop.sum())} project rows taken out to be measured again (the whole file kept in {kept.name})")
-    return kept
+    return forget_rows(path, PROJECT, tokens, dtype=dtype, vocabs=vocabs, losses=losses, log=log)
 
 
 def cpu_dry_run(out: str, *, tokens: int = 8, vocab: int = 300, losses=LOSSES, calls: int = 2, log=print):
