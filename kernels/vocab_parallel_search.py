@@ -5,9 +5,9 @@ with 4 warps was the fastest or within 4% of it at most widths measured on two H
 cross-entropy from labels at 151936 columns (75968 a rank) took 0.532 ms with 8192-column chunks against 0.598 with
 4096, and 8192 lost 4-13% at 131072 and 256000 (``data/h100-sxm-80gb/logs/explore_exchange_2026-11-26.txt``); no
 rule on the slice's width separates those. So, like split_row's first-call search (``kernels.autotune``), the first
-call of a shape class times the candidates, here on every rank at once: a candidate's plan runs on all ranks together
-(L2 flushed, a barrier before each run), the slowest rank's median is its time, and since every rank computes the
-same numbers every rank keeps the same candidate. The choice goes to the same disk cache as autotune's (a key of its
+call of a shape class times the candidates, here on every rank at once: a candidate's plan runs on all ranks
+together (L2 flushed before each run, as the tensor-parallel study times it), the slowest rank's median is its time,
+and since every rank computes the same numbers every rank keeps the same candidate. The choice goes to the same disk cache as autotune's (a key of its
 own, per GPU model, Triton version and code) and to memory. Ranks whose caches disagree (one host's cache cleared,
 say) find out in one ``all_gather_object`` and search again together.
 
@@ -26,7 +26,8 @@ from . import autotune
 from .peer_memory import group_barrier
 
 CANDIDATES = ((4096, 4), (8192, 4))  # (block_size, num_warps); the other sizes explored never won
-REPEATS = 7  # timed runs per candidate, after one that starts it
+WARMUP = 3  # untimed runs per candidate (the first one starts the kernel)
+REPEATS = 15  # timed runs per candidate
 FLUSH_BYTES = 256 * 2**20  # more than the L2 of any GPU the project targets (H100: 50 MB)
 _MEMORY: dict[tuple, dict] = {}
 
@@ -84,22 +85,23 @@ def _search(vp, planner: Callable, default: tuple[int, int]) -> dict:
 
 
 def _time_together(vp, plan) -> float:
-    """The slowest rank's median ms of ``plan.run()``, every rank starting each run together with L2 flushed; the
-    same number on every rank."""
+    """The slowest rank's median ms of ``plan.run()``, the same number on every rank. Timed as the tensor-parallel
+    study times a call (perfutils.measure.tensor_parallel.bench_together): after one barrier the ranks issue the same
+    calls back to back, each preceded by an L2 flush, and stay in step through the exchange itself; a barrier before
+    each call would add the ranks' launch skew to every time (it did: up to 40% on two H100s)."""
     device = vp.problem.logits.device
     flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device)
     group_barrier(vp.group, device)  # planning compiled the kernel that waits for its peers: start them together
-    plan.run()
-    times = []
-    for _ in range(REPEATS):
+    for _ in range(WARMUP):
+        plan.run()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPEATS)]
+    for start, end in events:
         flush.zero_()
-        group_barrier(vp.group, device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         plan.run()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    slowest = torch.tensor([sorted(times)[len(times) // 2]], device=device)
+    torch.cuda.synchronize(device)
+    times = sorted(start.elapsed_time(end) for start, end in events)
+    slowest = torch.tensor([times[len(times) // 2]], device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=vp.group)
     return float(slowest)
