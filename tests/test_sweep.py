@@ -366,15 +366,13 @@ def test_measurer_notices_in_place_kernels(store):
 
 def test_limiting_pass_describes_a_multi_launch_plan(store, monkeypatch):
     registers = types.ModuleType("perfutils.model.compiled_kernel")
-    registers.counts_from_compiled = lambda compiled: {"n_regs": compiled["regs"], "spill_bytes": 0, "shared_bytes": 64, "num_warps": 4}
+    registers.kernel_stats = lambda compiled, cc: {"n_regs": compiled["regs"], "spill_bytes": 0, "shared_bytes": 64,
+                                                   "occupancy": compiled["occ"], "blocks_per_sm": compiled["blocks"],
+                                                   "limiter": "registers"}
     cuda_tools = types.ModuleType("perfutils.model.cuda_tools")
     cuda_tools.pin_bundled_ptxas = lambda: None  # the measurer pins one ptxas per process
-    occupancy = types.ModuleType("perfutils.model.occupancy")
-    occupancy.occupancy_of_compiled = lambda compiled, cc: types.SimpleNamespace(
-        occupancy=compiled["occ"], blocks_per_sm=compiled["blocks"], limiters={"registers"})
     monkeypatch.setitem(sys.modules, "perfutils.model.compiled_kernel", registers)
     monkeypatch.setitem(sys.modules, "perfutils.model.cuda_tools", cuda_tools)
-    monkeypatch.setitem(sys.modules, "perfutils.model.occupancy", occupancy)
     launches = [FakeLaunch("two_pass.stats", {"regs": 40, "occ": 0.5, "blocks": 4}),
                 FakeLaunch("two_pass.grad", {"regs": 128, "occ": 0.25, "blocks": 2})]
     spec = load_config(config(tokens=40, vocab=200, variant="two_pass", block_size=256))

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -585,7 +585,7 @@ def run_ncu(out: str | Path = "data", *, vocab: int = 32768, targets=NCU_TARGETS
     import torch
 
     from .metadata import collect_metadata
-    from .ncu import find_ncu
+    from .ncu import find_ncu, ncu_version, run_ncu_command
     from .schema import data_path
     from .store import write_table
 
@@ -598,19 +598,15 @@ def run_ncu(out: str | Path = "data", *, vocab: int = 32768, targets=NCU_TARGETS
     for path in (csv_path, log_path):
         if path.exists():
             raise SystemExit(f"{path} exists: not overwriting recorded data")
-    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     lines = [f"{gpu} torch {torch.__version__} triton {__import__('triton').__version__}",
-             version[-1] if version else "ncu version unknown"]
+             ncu_version(ncu) or "ncu version unknown"]
     for label, variant, kernel in targets:
         argv = ncu_argv(ncu, variant, kernel, vocab=vocab)
         lines.append(f"=== {label}: {variant}, reverse_kl logits, {TOKENS} x {vocab}, bf16")
         lines.append("$ " + " ".join(argv))
         log(lines[-2])
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-            output = done.stdout + done.stderr
-        except subprocess.TimeoutExpired as exc:
-            output = f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {timeout} s"
+        returncode, out, err = run_ncu_command(argv, timeout, os.getcwd())
+        output = out + err + ("" if returncode is not None else f"\nTIMEOUT after {timeout} s")
         lines += [line for line in output.splitlines() if line.strip() and not line.startswith("==PROF==")]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -664,8 +660,6 @@ def main(argv=None) -> int:
         print(f"ncu -> {NCU_STUDY}: {[t[1] for t in NCU_TARGETS]}")
         return 0
     if args.stage == "dry-run":
-        import os
-
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise SystemExit("dry-run runs the kernels under the Triton interpreter: set TRITON_INTERPRET=1")
         os.environ.setdefault("FAST_LLM_SKIP_TRITON_AUTOTUNE", "1")

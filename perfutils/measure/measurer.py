@@ -407,20 +407,13 @@ class GpuMeasurer:
             }
             compiled = getattr(launch, "compiled", None)
             if compiled is not None:
-                try:
-                    from ..model.compiled_kernel import counts_from_compiled
+                from ..model.compiled_kernel import kernel_stats
 
-                    entry.update(counts_from_compiled(compiled))
-                except Exception as exc:
-                    problems.append(f"{entry['name']} registers: {error_text(exc, 200)}")
-                try:
-                    from ..model.occupancy import occupancy_of_compiled
-
-                    occ = occupancy_of_compiled(compiled, self.cc)
-                    limiter = getattr(occ, "limiter", None) or "+".join(sorted(occ.limiters))
-                    entry.update(occupancy=float(occ.occupancy), blocks_per_sm=int(occ.blocks_per_sm), limiter=limiter)
-                except Exception as exc:
-                    problems.append(f"{entry['name']} occupancy: {error_text(exc, 200)}")
+                stats = kernel_stats(compiled, self.cc)
+                error = stats.pop("stats_error", None)
+                if error:
+                    problems.append(f"{entry['name']}: {error}")
+                entry.update(stats)
             passes.append(entry)
 
         def badness(entry: dict[str, Any]) -> tuple[float, float]:

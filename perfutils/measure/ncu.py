@@ -260,7 +260,8 @@ def ncu_rows(parsed: pd.DataFrame, predictions: Sequence[Mapping[str, Any]], *, 
     return rows
 
 
-def _ncu_version(ncu: str) -> str | None:
+def ncu_version(ncu: str) -> str | None:
+    """The last line of ``ncu --version`` (None when it cannot run)."""
     try:
         result = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=30, check=False)
     except Exception:
@@ -269,7 +270,7 @@ def _ncu_version(ncu: str) -> str | None:
     return lines[-1] if lines else None
 
 
-def _run_ncu(command: list[str], timeout_s: float, cwd: str) -> tuple[int | None, str, str]:
+def run_ncu_command(command: list[str], timeout_s: float, cwd: str) -> tuple[int | None, str, str]:
     """Run ncu in its own process group; on timeout kill that group. (returncode or None, stdout, stderr)."""
     env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUNBUFFERED="1")
     env.pop("TRITON_INTERPRET", None)
@@ -317,7 +318,7 @@ def measure_ncu(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAULT_TO
     if ncu is None:
         log("[profile_ncu] ncu (Nsight Compute CLI) not found on PATH or in /usr/local/cuda/bin: nothing recorded")
         return None
-    version = _ncu_version(ncu)
+    version = ncu_version(ncu)
     parameters = {"tokens": tokens, "vocab": vocab, "variants": list(variants), "metrics": list(NCU_METRICS),
                   "core_metrics": list(NCU_CORE_METRICS), "seed": seed, "ncu": ncu, "ncu_version": version,
                   "ncu_options": ["--clock-control", "none", "--target-processes", "all", "-k", "regex:<kernels>",
@@ -361,14 +362,14 @@ def measure_ncu(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAULT_TO
         command = ncu_command(ncu, kernel_names, metrics, str(script), args)
         log(f"[profile_ncu] running: {' '.join(command)}")
         started = time.perf_counter()
-        returncode, out, err = _run_ncu(command, timeout_s, str(root))
+        returncode, out, err = run_ncu_command(command, timeout_s, str(root))
         if returncode not in (0, None) and re.search(r"metric", out + err, re.IGNORECASE) and \
                 re.search(r"not found|failed to find|invalid|unknown", out + err, re.IGNORECASE):
             metrics = NCU_CORE_METRICS  # an older ncu may lack a metric: retry with the essential ones
             command = ncu_command(ncu, kernel_names, metrics, str(script), args)
             remaining = max(10.0, timeout_s - (time.perf_counter() - started))
             log(f"[profile_ncu] retrying with the core metrics only: {' '.join(command)}")
-            returncode, out, err = _run_ncu(command, remaining, str(root))
+            returncode, out, err = run_ncu_command(command, remaining, str(root))
     parsed = pd.DataFrame()
     if returncode == 0:
         try:
