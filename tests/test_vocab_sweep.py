@@ -459,7 +459,9 @@ def test_summary_table_is_generated_from_the_data(synthetic):
     lines = text.splitlines()
     assert lines[0].startswith("| loss × vocab | torch.compile | Fast-LLM | liger | public call | plan (kernel-only)")
     assert lines[2].startswith("| cross_entropy (labels) 32000 | ") and lines[2].endswith("| 80% | 23 | 0 |")
-    assert "Fast-LLM 7d61a1ba" in text and "copy bandwidth 3000 GB/s" in text and "recorded 2026-01-02" in text
+    days = sorted({str(stamp)[:10] for stamp in pd.read_csv(gpu_dir / "vocab_sweep.csv")["timestamp_utc"]})
+    recorded = days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"  # the rows' days, not the sidecar's
+    assert "Fast-LLM 7d61a1ba" in text and "copy bandwidth 3000 GB/s" in text and f"recorded {recorded} (" in text
     assert "Worst cell against the peers (24 cells with a peer measured, bf16): reverse_kl 1024 × 50257" in text
     assert "quack" not in text  # no quoted reference in this folder
     vocab_sweep.write_quack_reference(str(gpu_dir.parent))

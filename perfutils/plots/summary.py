@@ -113,8 +113,10 @@ def _session_starts(meta: dict) -> list[str]:
     return sorted(str(m["timestamp_utc"]) for m in [meta, *meta.get("sessions", [])] if m.get("timestamp_utc"))
 
 
-def _dates(meta: dict) -> str:
-    days = [stamp[:10] for stamp in _session_starts(meta)]
+def _dates(df) -> str:
+    """The days the file's rows were measured (not its sidecar's sessions: rows taken out to be measured again
+    leave their session behind)."""
+    days = sorted(str(stamp)[:10] for stamp in df["timestamp_utc"].dropna()) if "timestamp_utc" in df else []
     return "?" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
 
 
@@ -148,7 +150,7 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
               + (f", Fast-LLM {', '.join(fast_llm)}" if fast_llm else "")
               + (f", Liger-Kernel {', '.join(liger)}" if liger else "")
               + (f", copy bandwidth {copy:.0f} GB/s" if copy else "")
-              + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
+              + f"; recorded {_dates(df)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
               "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
     lines = [source]
     if not grid:
@@ -223,7 +225,7 @@ def public_call_table(gpu_dir: Path) -> str:
               f"L2 flushed), bf16, fwd+bwd, each cell the worst of the four losses; {meta.get('gpu_name')}, torch "
               f"{meta.get('torch_version')}, Triton {meta.get('triton_version')}"
               + (f", Fast-LLM {', '.join(fast_llm)}" if fast_llm else "")
-              + f"; recorded {_dates(meta)} (data/{gpu_dir.name}/public_call.csv). Host µs: wall-clock per call on 8 "
+              + f"; recorded {_dates(df)} (data/{gpu_dir.name}/public_call.csv). Host µs: wall-clock per call on 8 "
               "rows (batches of calls back to back, median batch), the range over the four losses; syncs: the most "
               "device-to-host synchronizations of one call of the public call or its autograd form at the shape.")
     summary = (f"Over the {len(ratios)} cells: public call / plan {ratios['public_plan'].min():.3f}–"
