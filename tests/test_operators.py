@@ -30,7 +30,7 @@ def make_inputs(gen, shape, dtype, fmt, device):
 
 
 def rel_err(value, reference):
-    value, reference = value.double(), reference.double()
+    value, reference = value.detach().double(), reference.detach().double()
     return float((value - reference).norm() / reference.norm().clamp(min=1e-30))
 
 
