@@ -3,6 +3,8 @@ synthetic records frame."""
 
 from __future__ import annotations
 
+import json
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -56,6 +58,18 @@ def test_time_table_and_acceptance():
     assert len(verdict) == 8 and verdict["met"].sum() == 7
     missed = verdict[~verdict["met"]].iloc[0]
     assert missed["loss"] == "reverse_kl" and missed["vocab"] == 256000 and not missed["within_0.6"]
+
+
+def test_symmetric_chunks_reads_each_rows_plan():
+    frame = records()
+    config = json.dumps({"block_size": 8192, "num_warps": 4, "num_chunks": 8, "source": "first-call search"})
+    frame["config"] = None
+    frame.loc[frame["variant"] == "tp2-symmetric", "config"] = config
+    table = tpp.symmetric_chunks(frame)
+    assert len(table) == 8 and set(table["block_size"]) == {8192} and set(table["chosen_by"]) == {"first-call search"}
+    assert set(table["slice"]) == {65536, 128000} and set(table["chunks"]) == {8}
+    with pytest.raises(ValueError, match="no tp2-symmetric rows"):
+        tpp.symmetric_chunks(frame[frame["variant"] != "tp2-symmetric"])
 
 
 def test_communication_table():

@@ -7,6 +7,8 @@ step (tp=2: the slower rank's); bytes are per rank.
 
 from __future__ import annotations
 
+import json
+
 import matplotlib
 
 matplotlib.use("Agg", force=False)
@@ -66,6 +68,22 @@ def time_table(df: pd.DataFrame) -> pd.DataFrame:
         if design in out and "tp2-fast_llm" in out:
             out[f"{design} / fast_llm"] = out[design] / out["tp2-fast_llm"]
     return out.sort_values(SHAPE).reset_index(drop=True)
+
+
+def symmetric_chunks(df: pd.DataFrame) -> pd.DataFrame:
+    """Per shape, the chunk the symmetric design ran with (its plan's ``config``: columns, warps, chunks a rank's
+    slice, and where the choice came from: the ranks' first-call search, or the default) beside its step time."""
+    figures.check_frame(df, SHAPE + ["variant", "config", "ms_median"], "df")
+    rows = df[df["variant"] == "tp2-symmetric"].copy()
+    if rows.empty:
+        raise ValueError("no tp2-symmetric rows")
+    configs = rows["config"].map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
+    for column, key in (("block_size", "block_size"), ("num_warps", "num_warps"), ("chunks", "num_chunks"),
+                        ("chosen_by", "source")):
+        rows[column] = configs.map(lambda config, key=key: config.get(key))
+    rows["slice"] = rows["vocab"] // (rows["tp"] if "tp" in rows else 2)  # columns a rank holds
+    return rows[SHAPE + ["slice", "block_size", "num_warps", "chunks", "chosen_by", "ms_median"]].sort_values(
+        SHAPE).reset_index(drop=True)
 
 
 def acceptance(df: pd.DataFrame, design: str = "tp2-symmetric", min_vocab: int = 131072) -> pd.DataFrame:
