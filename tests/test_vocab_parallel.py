@@ -442,6 +442,8 @@ def test_measurement_harness_smoke(tmp_path):
     assert tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
                                  "--losses", "cross_entropy/labels"]) == 0  # resumes: nothing left to measure
     assert len(records.load_records(path)) == 3
+    with pytest.raises(SystemExit):  # an exploration never writes into the recorded data folder
+        tensor_parallel.main(["--out", "data", "--symmetric-configs", "4096/4"])
     # --forget takes a variant's rows out (the whole file kept aside) and the next run measures them again
     assert tensor_parallel.main(["--out", str(tmp_path), "--gpu", "cpu", "--tokens", "8", "--vocab", "32",
                                  "--forget", "tp2-symmetric"]) == 0

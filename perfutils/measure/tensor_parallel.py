@@ -596,6 +596,8 @@ def main(argv=None) -> int:
                         help="cpu: a smoke run of the harness (gloo, the Triton interpreter, host timers; tiny shapes, "
                              "meaningless times)")
     options = parser.parse_args(argv)
+    if options.symmetric_configs and Path(options.out).resolve() == Path("data").resolve():
+        parser.error("--symmetric-configs is an exploration: give it an --out other than the recorded data folder")
     if options.forget:
         if not options.gpu:
             parser.error("--forget needs --gpu (whose recorded study)")
