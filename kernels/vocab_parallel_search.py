@@ -7,9 +7,9 @@ cross-entropy from labels at 151936 columns (75968 a rank) took 0.532 ms with 81
 rule on the slice's width separates those. So, like split_row's first-call search (``kernels.autotune``), the first
 call of a shape class times the candidates, here on every rank at once: a candidate's plan runs on all ranks
 together (L2 flushed before each run, as the tensor-parallel study times it), the slowest rank's median is its time,
-and since every rank computes the same numbers every rank keeps the same candidate. The choice goes to the same disk cache as autotune's (a key of its
-own, per GPU model, Triton version and code) and to memory. Ranks whose caches disagree (one host's cache cleared,
-say) find out in one ``all_gather_object`` and search again together.
+and since every rank computes the same numbers every rank keeps the same candidate. The choice goes to the same
+disk cache as autotune's (a key of its own, per GPU model, Triton version and code) and to memory. Ranks whose
+caches disagree (one host's cache cleared, say) find out in one ``all_gather_object`` and search again together.
 
 The search runs where autotune's would (a CUDA device, not the interpreter, not while a CUDA graph is captured,
 ``FUSED_LOSS_AUTOTUNE`` not 0) and on slices wider than one 4096-column chunk; elsewhere the default applies.
