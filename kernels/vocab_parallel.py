@@ -359,11 +359,15 @@ def resolve_design(tp_design: str, vp: VocabParallelProblem, hosts: set[str] | N
     return "symmetric" if vp.problem.logits.is_cuda and on_one_host and not interpreting() else "all_gather"
 
 
-def plan_vocab_parallel(vp: VocabParallelProblem, design: str, block_size, num_warps, options: dict
-                        ) -> VocabParallelPlan:
+def check_options(design: str, options: dict) -> None:
     unknown = sorted(set(options) - set(OPTIONS[design]))
     if unknown:
         raise TypeError(f"tp_design {design!r} does not take option(s) {unknown} (it takes {list(OPTIONS[design])})")
+
+
+def plan_vocab_parallel(vp: VocabParallelProblem, design: str, block_size, num_warps, options: dict
+                        ) -> VocabParallelPlan:
+    check_options(design, options)
     if design == "all_gather":
         return plan_all_gather(vp, block_size, num_warps)
     return plan_symmetric(vp, block_size, num_warps, **options)
@@ -523,13 +527,12 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     if validate:
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, hosts)
+    check_options(design, options)  # before the search plans candidates with them
     source = None
     if design == "symmetric" and block_size is None and num_warps is None:  # the ranks choose the chunks together
-        unknown = sorted(set(options) - set(OPTIONS[design]))
-        if not unknown:
-            block_size, num_warps, source = vocab_parallel_search.choose(
-                vp, lambda block, warps: plan_symmetric(vp, block, warps, **options),
-                default_exchange_config(vp.problem.n_cols))
+        block_size, num_warps, source = vocab_parallel_search.choose(
+            vp, lambda block, warps: plan_symmetric(vp, block, warps, **options),
+            default_exchange_config(vp.problem.n_cols))
     plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
     if source is not None:
         plan.config["source"] = source

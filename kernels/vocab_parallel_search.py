@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from . import autotune
 from .peer_memory import group_barrier
+from .split_row import interpreting
 
 CANDIDATES = ((4096, 4), (8192, 4))  # (block_size, num_warps); the other sizes explored never won
 WARMUP = 3  # untimed runs per candidate (the first one starts the kernel)
@@ -38,8 +39,6 @@ def shape_class(vp) -> str:
 
 
 def searchable(vp) -> bool:
-    from .split_row import interpreting
-
     problem = vp.problem
     return (problem.logits.is_cuda and not interpreting() and autotune.enabled() and problem.n_rows > 0
             and problem.n_cols > CANDIDATES[0][0] and not torch.cuda.is_current_stream_capturing())

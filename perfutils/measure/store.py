@@ -443,4 +443,3 @@ def forget_rows(path, variants: Iterable[str], tokens: Iterable[int] | None = No
     log(f"{path}: {int(drop.sum())} rows of {variants} taken out to be measured again (the whole file kept in "
         f"{kept.name})")
     return kept
-

@@ -306,16 +306,17 @@ def tensor_parallel_table(gpu_dir: Path) -> str:
     gpus = " + ".join(str(rank.get("gpu_name")) for rank in ranks) or meta.get("gpu_name")
     parameters = meta.get("parameters", {})
     fast_llm = parameters.get("fast_llm_commit")
+    link = "NVLink" if "NV" in str(meta.get("topology")) else "one host"
     source = (f"ms per step (loss and gradient), bf16; tp=1: the public call on one GPU holding the whole vocabulary "
               f"(do_bench median, L2 flushed); tp=2: each rank holds half, the slower rank's median of paired calls "
-              f"(L2 flushed); (×): over tp=1. {gpus}, {'NVLink' if 'NV' in str(meta.get('topology')) else 'one host'}, torch "
-              f"{meta.get('torch_version')}, Triton {meta.get('triton_version')}, NCCL {meta.get('nccl_version')}"
+              f"(L2 flushed); (×): over tp=1. {gpus}, {link}, torch {meta.get('torch_version')}, Triton "
+              f"{meta.get('triton_version')}, NCCL {meta.get('nccl_version')}"
               + (f", Fast-LLM {fast_llm[:8]}" if fast_llm else "")
-              + f"; recorded {str(meta.get('timestamp_utc') or '')[:10]} (data/{gpu_dir.name}/tensor_parallel.csv).")
+              + f"; recorded {_dates(df)} (data/{gpu_dir.name}/tensor_parallel.csv).")
     verdict = acceptance(df)
     missed = verdict[~verdict["met"]]
-    summary = (f"tp=2 symmetric ≤ {TARGET_RATIO} × tp=1 and no slower than Fast-LLM's tp=2 at {int(verdict['met'].sum())} "
-               f"of {len(verdict)} shapes; symmetric / tp=1 {verdict['ratio_to_tp1'].min():.2f}–"
+    summary = (f"tp=2 symmetric ≤ {TARGET_RATIO} × tp=1 and no slower than Fast-LLM's tp=2 at "
+               f"{int(verdict['met'].sum())} of {len(verdict)} shapes; symmetric / tp=1 {verdict['ratio_to_tp1'].min():.2f}–"
                f"{verdict['ratio_to_tp1'].max():.2f}, symmetric / Fast-LLM {verdict['ratio_to_fast_llm'].min():.2f}–"
                f"{verdict['ratio_to_fast_llm'].max():.2f}"
                + ("; over the bound: " + ", ".join(f"{r.loss} ({r.target_format}) {r.tokens} × {r.vocab} "
