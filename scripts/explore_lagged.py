@@ -13,6 +13,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-int32 PART PARTS, time-int32   # run in two code trees: int32 chunk start (O)
   python scripts/explore_lagged.py compile-even PART PARTS, time-even   # even chunks, distribution losses (run P)
   python scripts/explore_lagged.py compile-even-labels PART PARTS, time-even-labels   # the same, labels CE (run P)
+  python scripts/explore_lagged.py compile-ring PART PARTS, time-ring   # a shared-memory ring (run Q: needs a patch)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -25,7 +26,8 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 (runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H),
 ``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
 ``explore_peel_2026-11-26.txt`` (runs J, K and O), ``explore_even_2026-11-26.txt`` (run P: needs the kernel and
-planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``).
+planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
+``run_Q_ring.patch``, split_row's schedule "ring").
 """
 import json
 import math
@@ -141,6 +143,18 @@ EVEN_CELLS = ([("forward_kl", "logits", vocab, 4096) for vocab in [32000, 50257,
 EVEN_LABEL_CELLS = [("cross_entropy", "labels", vocab, tokens) for vocab in [50257, 50304, 100277]
                     for tokens in (4096, 16384)]
 EVEN_RESIDENT = 528
+# Run Q (2026-11-26): the ring schedule (split_row's schedule="ring": the lagged kernel in Gluon with each chunk's
+# second read from a shared-memory ring; needs the kernel, planner and tests of logs/run_Q_ring.patch) beside the
+# lagged kernel at the configurations the search picks most, where the distribution losses miss 80% of copy and
+# labels CE misses 85% (or quack).
+RING_CELLS = ([(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "forward_kl", "reverse_kl")
+               for vocab in [32000, 50257, 128256, 151936, 262144]]
+              + [("forward_kl", "logits", vocab, 16384) for vocab in [32000, 151936]]
+              + [("cross_entropy", "labels", vocab, 4096) for vocab in [32000, 50257, 151936]])
+RING_CONFIGS = ([(4096, 4, {}), (8192, 4, {"maxnreg": 128})]
+                + [(block, warps, {"schedule": "ring", **({"maxnreg": cap} if cap else {})})
+                   for block, warps, cap in [(1024, 4, None), (2048, 4, None), (2048, 4, 80), (2048, 4, 64),
+                                             (4096, 4, None), (4096, 8, None), (8192, 8, None)]])
 
 
 def even_configs(bases):
@@ -203,7 +217,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-force": (FORCE_CELLS, None),
         "-int32": (INT32_CELLS, lambda vocab: INT32_CONFIGS),
         "-even": (EVEN_CELLS, even_configs(even_distribution_bases)),
-        "-even-labels": (EVEN_LABEL_CELLS, even_configs(lambda vocab: [(8192, 4, {"maxnreg": 128})]))}
+        "-even-labels": (EVEN_LABEL_CELLS, even_configs(lambda vocab: [(8192, 4, {"maxnreg": 128})])),
+        "-ring": (RING_CELLS, lambda vocab: RING_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
@@ -266,7 +281,8 @@ def run(phase, cells, configs, part=0, parts=1):
             try:
                 plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                        num_warps=warps, **options)
-                record.update(programs=plan.config.get("programs"), chunks=plan.config.get("num_chunks"))
+                record.update(programs=plan.config.get("programs"), chunks=plan.config.get("num_chunks"),
+                              schedule=plan.config.get("schedule"))
                 if timing:
                     value, grad = plan.run()
                     loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))

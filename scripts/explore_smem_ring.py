@@ -14,7 +14,9 @@ bf16) and exp2 count (two per element in each pass):
 Persistent grids sized like the lagged kernel's (programs per SM from the compiled kernel's registers and shared
 memory, whole rows per step). Each output is checked against PyTorch before it is timed (do_bench median, L2
 flushed).  python scripts/explore_smem_ring.py   (one GPU; prints one line per kernel and configuration)
-How it was run on the H100: data/h100-sxm-80gb/logs/explore_smem_ring_2026-11-26.txt.
+How it was run on the H100: data/h100-sxm-80gb/logs/explore_smem_ring_2026-11-26.txt. The real lagged kernel with
+such a ring (explore_lagged.py's run Q, logs/explore_ring_2026-11-26.txt) was slower than the lagged kernel: the L2
+variant here is a poor stand-in for the real kernel's second read.
 """
 import sys
 
