@@ -14,9 +14,13 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-even PART PARTS, time-even   # even chunks, distribution losses (run P)
   python scripts/explore_lagged.py compile-even-labels PART PARTS, time-even-labels   # the same, labels CE (run P)
   python scripts/explore_lagged.py compile-ring PART PARTS, time-ring   # a shared-memory ring (run Q: needs a patch)
+  python scripts/explore_lagged.py compile-fold PART PARTS, time-fold   # 32-lane summary groups (run S: 2 trees)
+  python scripts/explore_lagged.py compile-ahead PART PARTS, time-ahead   # summaries read a step early (run T: a patch)
+  python scripts/explore_lagged.py compile-scope PART PARTS, time-scope   # GPU-scope poll (run U: a patch)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
+  python scripts/explore_lagged.py probe-stalls         # run R: issue slots, pipes and stall reasons (under ncu)
 
 The cells are issue 14's slow ones (bf16; each run's own losses, vocabularies and token counts below). Each plan is
 checked against float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median,
@@ -27,7 +31,9 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 ``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
 ``explore_peel_2026-11-26.txt`` (runs J, K and O), ``explore_even_2026-11-26.txt`` (run P: needs the kernel and
 planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
-``run_Q_ring.patch``, split_row's schedule "ring").
+``run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
+``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``run_S_summary_groups.patch``) and
+``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``).
 """
 import json
 import math
@@ -156,6 +162,27 @@ RING_CONFIGS = ([(4096, 4, {}), (8192, 4, {"maxnreg": 128})]
                    for block, warps, cap in [(1024, 4, None), (2048, 4, None), (2048, 4, 80), (2048, 4, 64),
                                              (4096, 4, None), (4096, 8, None), (8192, 8, None)]])
 
+# Run S (2026-11-26): a row's summaries polled 32 lanes at a time above 32 chunks, the groups folded lane by lane (one
+# vector of 64 lanes spans two warps and cost registers), in two code trees alternated (1beb105's split_row and the
+# change of logs/run_S_summary_groups.patch).
+FOLD_CELLS = ([(loss, fmt, vocab, 4096) for loss, fmt in [("cross_entropy", "labels"), ("cross_entropy", "logits"),
+                                                            ("forward_kl", "logits"), ("reverse_kl", "logits")]
+               for vocab in [131072, 151936, 200064, 256000, 262144]]
+              + [("forward_kl", "logits", 151936, 16384), ("cross_entropy", "labels", 151936, 16384)])
+FOLD_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 128}), (2048, 4, {}), (8192, 4, {"maxnreg": 128})]
+# Run T (2026-11-26): the summaries of the row a step finishes read one step early (plan_split_row's poll_ahead), at
+# the cells where the distribution losses miss 80% of copy, labels CE 85%, with and without a 128-register cap.
+AHEAD_CELLS = ([(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "forward_kl", "reverse_kl")
+                for vocab in [32000, 50257, 50304, 100277, 128256, 151936, 200064, 256000]]
+               + [("cross_entropy", "labels", vocab, 4096) for vocab in [32000, 50257, 151936]]
+               + [("forward_kl", "logits", vocab, 16384) for vocab in [50257, 151936]])
+AHEAD_CONFIGS = [(block, 4, {**ahead, **cap}) for block in (4096, 8192) for cap in ({}, {"maxnreg": 128})
+                 for ahead in ({}, {"poll_ahead": True})]
+# Run U (2026-11-26): the same cells, the summaries polled with GPU-scope loads (ld.relaxed.gpu, plan_split_row's
+# gpu_scope_poll) instead of volatile ones (system scope).
+SCOPE_CONFIGS = [(block, 4, {**scope, **cap}) for block in (4096, 8192) for cap in ({}, {"maxnreg": 128})
+                 for scope in ({}, {"gpu_scope_poll": True})]
+
 
 def even_configs(bases):
     """Run P: each of ``bases`` (the search's choices at these cells) as is, with even chunks, with narrower ones that
@@ -184,7 +211,11 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
           # the same kernels on rows that are and are not 16-byte aligned
           "probe-misaligned": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 50257, 4096, 4, {}),
                                ("cross_entropy", "labels", 50304, 8192, 4, {}),
-                               ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})]}
+                               ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})],
+          # run R: where a step's time goes (issue slots, pipes, stall reasons) in a slow and a fast distribution cell
+          # and in labels CE's fast kernel
+          "probe-stalls": [("forward_kl", "logits", 151936, 4096, 4, {}), ("forward_kl", "logits", 128256, 4096, 4, {}),
+                           ("cross_entropy", "labels", 151936, 8192, 4, {"maxnreg": 128})]}
 
 
 def lagged_configs(vocab):
@@ -218,7 +249,10 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-int32": (INT32_CELLS, lambda vocab: INT32_CONFIGS),
         "-even": (EVEN_CELLS, even_configs(even_distribution_bases)),
         "-even-labels": (EVEN_LABEL_CELLS, even_configs(lambda vocab: [(8192, 4, {"maxnreg": 128})])),
-        "-ring": (RING_CELLS, lambda vocab: RING_CONFIGS)}
+        "-ring": (RING_CELLS, lambda vocab: RING_CONFIGS),
+        "-fold": (FOLD_CELLS, lambda vocab: FOLD_CONFIGS),
+        "-ahead": (AHEAD_CELLS, lambda vocab: AHEAD_CONFIGS),
+        "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):

@@ -226,6 +226,8 @@ PEELED_LABEL_SPECS = [
     ("lagged-4096-capped72", {"variant": "split_row", "block_size": 4096, "num_warps": 4, "cooperative": True,
                               "maxnreg": 72}),
     ("lagged-8192", {"variant": "split_row", "block_size": 8192, "num_warps": 4, "cooperative": True}),
+    # 49 chunks at 100277 (summaries over 64 lanes), rows peeled
+    ("lagged-2048", {"variant": "split_row", "block_size": 2048, "num_warps": 4, "cooperative": True}),
     ("unsplit-16384", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False}),
     ("unsplit-16384-keep-last", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False,
                                  "keep_last": True}),
@@ -277,9 +279,10 @@ def test_label_positions(vocab, spec):
 
 # The lagged kernel where the chunk count does not divide the resident programs (38 chunks of 4096 at 151936
 # columns, 49 at 200064: a few resident slots stay idle), a call with fewer rows than slots (7 rows), and one whose
-# last step leaves most slots without a row (1000 rows).
+# last step leaves most slots without a row (1000 rows), and a row's summaries over 64 lanes partly used or (64 chunks
+# at 262144) full.
 @pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
-@pytest.mark.parametrize("n_rows, vocab", [(7, 151936), (1000, 151936), (333, 200064)])
+@pytest.mark.parametrize("n_rows, vocab", [(7, 151936), (1000, 151936), (333, 200064), (300, 262144)])
 def test_lagged_ragged_chunk_counts(n_rows, vocab, loss_index):
     problem = get_problem(n_rows, vocab, loss_index)
     plan = kernels.prepare(problem.logits, problem.target, **problem.options(), variant="split_row", block_size=4096,
