@@ -17,6 +17,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-fold PART PARTS, time-fold   # 32-lane summary groups (run S: 2 trees)
   python scripts/explore_lagged.py compile-ahead PART PARTS, time-ahead   # summaries read a step early (run T: a patch)
   python scripts/explore_lagged.py compile-scope PART PARTS, time-scope   # GPU-scope poll (run U: a patch)
+  python scripts/explore_lagged.py compile-loads PART PARTS, time-loads   # hints off, unmasked loads (run V: a patch)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -33,7 +34,8 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
 ``run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
 ``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``run_S_summary_groups.patch``) and
-``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``).
+``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``) and
+``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``).
 """
 import json
 import math
@@ -182,6 +184,16 @@ AHEAD_CONFIGS = [(block, 4, {**ahead, **cap}) for block in (4096, 8192) for cap 
 # gpu_scope_poll) instead of volatile ones (system scope).
 SCOPE_CONFIGS = [(block, 4, {**scope, **cap}) for block in (4096, 8192) for cap in ({}, {"maxnreg": 128})
                  for scope in ({}, {"gpu_scope_poll": True})]
+# Run V (2026-11-26): the chunk reads without their L2 eviction hints (plan_split_row's hints=False) and, for a chunk
+# wholly inside its row, without a mask (full_loads: no -inf moved into the registers first, no bound check per vector;
+# raises registers 128 -> 163-168 offline, so under the 128-register cap too).
+LOADS_CELLS = ([(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "forward_kl", "reverse_kl")
+                for vocab in [32000, 50257, 50304, 128256, 151936, 256000]]
+               + [("cross_entropy", "labels", vocab, 4096) for vocab in [32000, 50257, 151936]])
+LOADS_CONFIGS = ([(4096, 4, options) for options in ({}, {"hints": False}, {"maxnreg": 128},
+                                                     {"hints": False, "maxnreg": 128}, {"full_loads": True, "maxnreg": 128},
+                                                     {"full_loads": True, "hints": False, "maxnreg": 128})]
+                 + [(8192, 4, {"maxnreg": 128}), (8192, 4, {"hints": False, "maxnreg": 128})])
 
 
 def even_configs(bases):
@@ -252,7 +264,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-ring": (RING_CELLS, lambda vocab: RING_CONFIGS),
         "-fold": (FOLD_CELLS, lambda vocab: FOLD_CONFIGS),
         "-ahead": (AHEAD_CELLS, lambda vocab: AHEAD_CONFIGS),
-        "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS)}
+        "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS),
+        "-loads": (LOADS_CELLS, lambda vocab: LOADS_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
