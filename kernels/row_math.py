@@ -22,6 +22,7 @@ A row whose every logit is -inf ends with s = 0 and gives NaN, like PyTorch; NaN
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import problem as _layout
 
@@ -332,6 +333,31 @@ def tile_statistics(x2, t2, LOSS: tl.constexpr):
 
 
 @triton.jit
+def tile_statistics_raw(x, t, LOSS: tl.constexpr):
+    """:func:`tile_statistics` of ``base2(x)``, ``base2(t)`` from the fp32 tiles themselves (no exponentials kept):
+    the maxima taken before the log2(e) scale (the same numbers: rounding is monotonic), each exponential one fused
+    multiply-add (x * log2(e) - m), the weighted sum scaled once. Two multiplies an element fewer."""
+    if LOSS == CE_LABELS:
+        m_x = tl.max(x, axis=0) * LOG2E
+        s_x = tl.sum(tl.exp2(x * LOG2E - exponent_shift(m_x)), axis=0)
+        return m_x, s_x, m_x, s_x, s_x
+    else:
+        m_x, m_t = tl.reduce((x, t), 0, max_pair)
+        m_x = m_x * LOG2E
+        m_t = m_t * LOG2E
+        e_x = tl.exp2(x * LOG2E - exponent_shift(m_x))
+        e_t = tl.exp2(t * LOG2E - exponent_shift(m_t))
+        if LOSS == CE_LOGITS:
+            weighted = tl.where(e_t > 0, e_t * x, 0.0)
+        elif LOSS == FORWARD_KL:
+            weighted = tl.where(e_t > 0, e_t * (t - x), 0.0)
+        else:
+            weighted = tl.where(e_x > 0, e_x * (x - t), 0.0)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, sum_triple)
+        return m_x, s_x, m_t, s_t, acc * LOG2E
+
+
+@triton.jit
 def combine_statistics(m_x, s_x, m_t, s_t, acc, m_x2, s_x2, m_t2, s_t2, acc2, LOSS: tl.constexpr):
     """Merge two summaries (scalars) into one, exactly."""
     new_m_x = tl.maximum(m_x, m_x2)
@@ -408,36 +434,59 @@ def combine_partials(m_x, s_x, m_t, s_t, acc, LOSS: tl.constexpr):
 
 
 @triton.jit
-def row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS: tl.constexpr):
-    """The row's loss in natural units from its combined summary (x_label: the label's logit, CE_LABELS)."""
-    lse2_x = m_x + tl.log2(s_x)
+def row_loss(m_x, s_x, m_t, s_t, acc, x_label, LOSS: tl.constexpr, FAST: tl.constexpr = False):
+    """The row's loss in natural units from its combined summary (x_label: the label's logit, CE_LABELS).
+    FAST: see :func:`log2_of`."""
+    lse2_x = m_x + log2_of(s_x, FAST)
     if LOSS == CE_LABELS:
         loss = lse2_x * LN2 - x_label
     elif LOSS == CE_LOGITS:
-        loss = (lse2_x - acc / s_t) * LN2
+        loss = (lse2_x - divide(acc, s_t, FAST)) * LN2
     elif LOSS == FORWARD_KL:
-        lse2_t = m_t + tl.log2(s_t)
-        loss = (acc / s_t - lse2_t + lse2_x) * LN2
+        lse2_t = m_t + log2_of(s_t, FAST)
+        loss = (divide(acc, s_t, FAST) - lse2_t + lse2_x) * LN2
     else:
-        lse2_t = m_t + tl.log2(s_t)
-        loss = (acc / s_x - lse2_x + lse2_t) * LN2
+        lse2_t = m_t + log2_of(s_t, FAST)
+        loss = (divide(acc, s_x, FAST) - lse2_x + lse2_t) * LN2
     return loss
 
 
 @triton.jit
-def lse_difference(m_x, s_x, m_t, s_t):
+def lse_difference(m_x, s_x, m_t, s_t, FAST: tl.constexpr = False):
     """lse2_x - lse2_t of a row's combined summary (reverse KL's gradient needs it)."""
-    return m_x + tl.log2(s_x) - m_t - tl.log2(s_t)
+    return m_x + log2_of(s_x, FAST) - m_t - log2_of(s_t, FAST)
 
 
 @triton.jit
-def gradient_from_summary(x2, t2, m_x, s_x, m_t, s_t, lse_diff2, cols, label, loss, LOSS: tl.constexpr):
+def log2_of(s, FAST: tl.constexpr):
+    """log2 of a row's sum of exponentials (>= 1 unless the row is empty); FAST: the GPU's approximate log2 (one
+    MUFU.LG2, relative error about 2**-22) instead of libdevice's exact one (a polynomial of some 25 instructions),
+    compiled kernels only."""
+    if FAST:
+        return libdevice.fast_log2f(s)
+    else:
+        return tl.log2(s)
+
+
+@triton.jit
+def divide(a, b, FAST: tl.constexpr):
+    """a / b; FAST: the approximate division (div.full, 2 ulp) instead of the IEEE one."""
+    if FAST:
+        return tl.fdiv(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def gradient_from_summary(x2, t2, m_x, s_x, m_t, s_t, lse_diff2, cols, label, loss, LOSS: tl.constexpr,
+                          FAST: tl.constexpr = False):
     """d loss_row / d x for a tile read (again) once its row's combined summary is known, before the
     grad_output/n_rows scale: the exponentials are recomputed against the row's maxima.
-    lse_diff2 = lse_difference(...) of the same summary (a loop over tiles computes it once)."""
+    lse_diff2 = lse_difference(...) of the same summary (a loop over tiles computes it once). FAST: :func:`divide`."""
     e_x = tl.exp2(x2 - m_x)
     e_t = tl.exp2(t2 - m_t)
-    return tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols, label, lse_diff2, loss, LOSS)
+    return tile_gradient(e_x, divide(1.0, s_x, FAST), e_t, divide(1.0, s_t, FAST), x2 - t2, cols, label, lse_diff2,
+                         loss, LOSS)
 
 
 @triton.jit

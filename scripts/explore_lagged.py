@@ -18,6 +18,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-ahead PART PARTS, time-ahead   # summaries read a step early (run T: a patch)
   python scripts/explore_lagged.py compile-scope PART PARTS, time-scope   # GPU-scope poll (run U: a patch)
   python scripts/explore_lagged.py compile-loads PART PARTS, time-loads   # hints off, unmasked loads (run V: a patch)
+  python scripts/explore_lagged.py compile-fast PART PARTS, time-fast   # fast math or not (run W)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -35,7 +36,7 @@ planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_
 ``run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
 ``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``run_S_summary_groups.patch``) and
 ``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``) and
-``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``).
+``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``), ``explore_fast_2026-11-26.txt`` (run W).
 """
 import json
 import math
@@ -194,6 +195,16 @@ LOADS_CONFIGS = ([(4096, 4, options) for options in ({}, {"hints": False}, {"max
                                                      {"hints": False, "maxnreg": 128}, {"full_loads": True, "maxnreg": 128},
                                                      {"full_loads": True, "hints": False, "maxnreg": 128})]
                  + [(8192, 4, {"maxnreg": 128}), (8192, 4, {"hints": False, "maxnreg": 128})])
+# Run W (2026-11-26): fewer instructions per step and element (statistics from the raw tiles,
+# row_math.tile_statistics_raw; approximate log2 and division for the row's scalars) beside the kernel as it was. Run
+# with 9543a51 and logs/run_W_fast.patch, where it was plan_split_row's option fast (default off, "fa" in the log); it
+# has been the lagged kernel's default since (fast_math, default on): {"fast_math": False} is the kernel it was run
+# beside.
+FAST_CELLS = LOADS_CELLS + [(loss, "logits", vocab, 16384) for loss in ("forward_kl", "reverse_kl")
+                            for vocab in [50257, 151936]]
+FAST_CONFIGS = [(4096, 4, {**fast, **cap}) for cap in ({}, {"maxnreg": 128}, {"maxnreg": 96})
+                for fast in ({"fast_math": False}, {})] + [(8192, 4, {**fast, "maxnreg": 128})
+                                                           for fast in ({"fast_math": False}, {})]
 
 
 def even_configs(bases):
@@ -265,7 +276,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-fold": (FOLD_CELLS, lambda vocab: FOLD_CONFIGS),
         "-ahead": (AHEAD_CELLS, lambda vocab: AHEAD_CONFIGS),
         "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS),
-        "-loads": (LOADS_CELLS, lambda vocab: LOADS_CONFIGS)}
+        "-loads": (LOADS_CELLS, lambda vocab: LOADS_CONFIGS),
+        "-fast": (FAST_CELLS, lambda vocab: FAST_CONFIGS)}
 
 
 def inputs(fmt, vocab, rows=TOKENS):

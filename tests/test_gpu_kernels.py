@@ -52,6 +52,7 @@ VARIANT_SPECS = [
     ("split_row-capped", "split_row", {"cooperative": True, "maxnreg": 96}),
     ("split_row-prefetch", "split_row", {"cooperative": True, "prefetch": True}),
     ("split_row-read-ahead", "split_row", {"cooperative": True, "read_ahead": 1}),
+    ("split_row-exact-math", "split_row", {"cooperative": True, "fast_math": False}),
     ("split_row-tuned", "split_row", {}),
     ("auto", "auto", {}),
 ]
@@ -228,6 +229,8 @@ PEELED_LABEL_SPECS = [
     ("lagged-8192", {"variant": "split_row", "block_size": 8192, "num_warps": 4, "cooperative": True}),
     # 49 chunks at 100277 (summaries over 64 lanes), rows peeled
     ("lagged-2048", {"variant": "split_row", "block_size": 2048, "num_warps": 4, "cooperative": True}),
+    ("lagged-4096-exact-math", {"variant": "split_row", "block_size": 4096, "num_warps": 4, "cooperative": True,
+                                "fast_math": False}),
     ("unsplit-16384", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False}),
     ("unsplit-16384-keep-last", {"variant": "split_row", "block_size": 16384, "num_warps": 16, "split": False,
                                  "keep_last": True}),
@@ -293,6 +296,47 @@ def test_lagged_ragged_chunk_counts(n_rows, vocab, loss_index):
     label = f"{n_rows}x{vocab} bf16 {problem.loss}/{problem.fmt} {plan.config}"
     for _call in range(3):  # the summaries' two halves alternate between calls
         check_against_reference(problem, plan.run(), label)
+
+
+# -inf logits (masked vocabulary entries: probability 0, gradient 0) and targets, NaN, and rows whose every logit is
+# -inf, through the lagged kernel's statistics, exchange and scalars, with its fast math (approximate log2 and
+# division, statistics from the raw tiles) and without. Which entries may be -inf depends on the loss: a target
+# probability > 0 where the logits are -inf makes cross-entropy and forward KL infinite, a logit probability > 0
+# where the target is -inf makes reverse KL infinite; those are left out of the finite case.
+@pytest.mark.parametrize("fast_math", [True, False], ids=["fast-math", "exact-math"])
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_lagged_special_values(loss_index, fast_math):
+    loss, fmt = LOSS_FORMATS[loss_index]
+    n_rows, vocab = 96, 40000  # 10 chunks of 4096, the last partial
+    gen = torch.Generator(device="cuda").manual_seed(97 + loss_index)
+    logits = torch.randn(n_rows, vocab, generator=gen, device="cuda").mul_(SCALE).to(torch.bfloat16)
+    both = torch.arange(vocab, device="cuda") % 97 == 0  # masked in logits and target
+    one = torch.arange(vocab, device="cuda") % 89 == 5  # masked in one of them only (see above)
+    logits[:, both] = float("-inf")
+    if fmt == "labels":
+        target = torch.randint(0, vocab, (n_rows,), generator=gen, device="cuda")
+        target = torch.where(both[target], target + 1, target)  # a label's own logit is finite
+    else:
+        target = torch.randn(n_rows, vocab, generator=gen, device="cuda").mul_(SCALE).to(torch.bfloat16)
+        target[:, both] = float("-inf")
+        (logits if loss == "reverse_kl" else target)[:, one] = float("-inf")
+
+    def run(x):
+        plan = kernels.prepare(x, target, loss=loss, target_format=fmt, variant="split_row", block_size=4096,
+                               num_warps=4, cooperative=True, fast_math=fast_math)
+        assert plan.config["schedule"] == "lagged" and plan.config["num_chunks"] == 10
+        return plan.run()
+
+    value, grad = run(logits)
+    ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, target, loss=loss, target_format=fmt)
+    assert torch.isfinite(ref_loss) and abs(value.item() - ref_loss.item()) / abs(ref_loss.item()) <= TOL
+    assert rel_err(grad, ref_grad) <= TOL
+    assert torch.count_nonzero(grad[:, both]) == 0, "masked vocabulary entries need a zero gradient"
+    for row, column, special in ((3, None, float("-inf")), (50, 12345, float("nan"))):
+        broken = logits.clone()
+        broken[row, slice(None) if column is None else column] = special
+        value, _ = run(broken)
+        assert torch.isnan(value), f"{special} at row {row} gave a finite loss {value.item()}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,9 +16,12 @@ import itertools
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import kernels
 from kernels import reference
+from kernels.row_math import base2, tile_statistics, tile_statistics_raw
 
 VARIANTS = ["fused", "two_pass", "split_row", "auto"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -634,3 +637,51 @@ def test_lagged_kernel_alternates_halves(loss_index, gen, oracle):
         used = 2 if fmt == "labels" else split_row.N_PARTIALS.value  # labels CE polls only m_x and s_x
         assert (polled_next[:, :used] == split_row.EMPTY_BITS.value).all(), "the next call's half is empty again"
         mask.fill_(True)
+
+
+# The lagged kernel's fast math summarises a chunk from its raw tile (row_math.tile_statistics_raw): the same summary
+# as tile_statistics of the base-2 scaled tile, special values included (-inf entries, a whole -inf tile, NaN).
+@triton.jit
+def _both_summaries(x_ptr, t_ptr, out_ptr, LOSS: tl.constexpr, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + cols).to(tl.float32)
+    t = tl.load(t_ptr + cols).to(tl.float32)
+    m_x, s_x, m_t, s_t, acc, _e_x, _e_t = tile_statistics(base2(x), base2(t), LOSS)
+    r_m_x, r_s_x, r_m_t, r_s_t, r_acc = tile_statistics_raw(x, t, LOSS)
+    tl.store(out_ptr + 0, m_x)
+    tl.store(out_ptr + 1, s_x)
+    tl.store(out_ptr + 2, m_t)
+    tl.store(out_ptr + 3, s_t)
+    tl.store(out_ptr + 4, acc)
+    tl.store(out_ptr + 5, r_m_x)
+    tl.store(out_ptr + 6, r_s_x)
+    tl.store(out_ptr + 7, r_m_t)
+    tl.store(out_ptr + 8, r_s_t)
+    tl.store(out_ptr + 9, r_acc)
+
+
+@pytest.mark.parametrize("loss_code", [0, 1, 2, 3], ids=["labels", "ce_logits", "forward_kl", "reverse_kl"])
+def test_raw_tile_statistics_match_scaled_ones(loss_code):
+    gen = torch.Generator().manual_seed(loss_code)
+    n = 64
+    cases = []
+    x = torch.randn(n, generator=gen) * 3
+    t = torch.randn(n, generator=gen) * 3
+    cases.append((x, t, "finite"))
+    x_masked, t_masked = x.clone(), t.clone()
+    x_masked[::7] = float("-inf")
+    t_masked[::7] = float("-inf")
+    (x_masked if loss_code == 3 else t_masked)[3::11] = float("-inf")  # probability 0 on one side only
+    cases.append((x_masked, t_masked, "-inf entries"))
+    cases.append((torch.full((n,), float("-inf")), torch.full((n,), float("-inf")), "all -inf"))
+    x_nan = x.clone()
+    x_nan[5] = float("nan")
+    cases.append((x_nan, t, "NaN"))
+    used = 2 if loss_code == 0 else 5  # labels CE's summary is (m_x, s_x)
+    for x, t, label in cases:
+        out = torch.zeros(10)
+        _both_summaries[(1,)](x, t, out, LOSS=loss_code, N=n)
+        scaled, raw = out[:used], out[5:5 + used]
+        assert torch.equal(torch.isnan(scaled), torch.isnan(raw)), f"{label}: {scaled} vs {raw}"
+        close = torch.isclose(raw, scaled, rtol=1e-6, atol=1e-6) | torch.isnan(raw) | (raw == scaled)
+        assert bool(close.all()), f"{label}: raw {raw} vs scaled {scaled}"

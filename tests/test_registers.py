@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -446,6 +447,25 @@ def test_lagged_labels_kernel_keeps_80_registers_at_any_chunk_count(num_chunks):
     shows it. If a Triton/LLVM drops that mask, this fails at 13 chunks."""
     result = offline_compile.compile_launch(_lagged_launch("cross_entropy", "labels", num_chunks), with_sass=False)
     assert result.n_regs <= 80 and not result.spills
+
+
+@pytest.mark.parametrize("loss, target_format", [("forward_kl", "logits"), ("reverse_kl", "logits"),
+                                                 ("cross_entropy", "labels")])
+def test_lagged_fast_math_takes_fewer_instructions(loss, target_format):
+    """The lagged kernel's FAST_MATH (its default): log2 from the GPU's MUFU.LG2 instead of libdevice's polynomial, the
+    chunk's statistics from its raw tile; fewer SASS instructions than the exact math (forward KL at 32 chunks of
+    4096 columns: 1856 vs 1968 offline), no more registers, no spills."""
+    fast = offline_compile.compile_launch(_lagged_launch(loss, target_format, 32, n_cols=131072))
+    exact_launch = _lagged_launch(loss, target_format, 32, n_cols=131072)
+    exact_launch.constexprs["FAST_MATH"] = False
+    exact = offline_compile.compile_launch(exact_launch)
+
+    def instructions(result):
+        return len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", result.sass, re.M))
+
+    assert "MUFU.LG2" in fast.sass and "MUFU.LG2" not in exact.sass
+    assert instructions(fast) < instructions(exact)
+    assert fast.n_regs <= max(exact.n_regs, 128) and not fast.spills
 
 
 @pytest.mark.parametrize("loss, target_format", [("forward_kl", "logits"), ("cross_entropy", "labels")])
