@@ -322,14 +322,21 @@ def tile_statistics(x2, t2, LOSS: tl.constexpr):
         m_x, m_t = tl.reduce((x2, t2), 0, max_pair)
         e_x = tl.exp2(x2 - exponent_shift(m_x))
         e_t = tl.exp2(t2 - exponent_shift(m_t))
-        if LOSS == CE_LOGITS:
-            weighted = tl.where(e_t > 0, e_t * x2, 0.0)
-        elif LOSS == FORWARD_KL:
-            weighted = tl.where(e_t > 0, e_t * (t2 - x2), 0.0)
-        else:
-            weighted = tl.where(e_x > 0, e_x * (x2 - t2), 0.0)
-        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, sum_triple)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted_terms(e_x, e_t, x2, t2, LOSS)), 0, sum_triple)
         return m_x, s_x, m_t, s_t, acc, e_x, e_t
+
+
+@triton.jit
+def weighted_terms(e_x, e_t, x, t, LOSS: tl.constexpr):
+    """The terms of a tile's weighted sum (``acc``, see the module docstring) in the units of ``x`` and ``t``; 0 where
+    the weighting probability is 0 (0 * log 0 := 0: no NaN from -inf logits)."""
+    if LOSS == CE_LOGITS:
+        weighted = tl.where(e_t > 0, e_t * x, 0.0)
+    elif LOSS == FORWARD_KL:
+        weighted = tl.where(e_t > 0, e_t * (t - x), 0.0)
+    else:
+        weighted = tl.where(e_x > 0, e_x * (x - t), 0.0)
+    return weighted
 
 
 @triton.jit
@@ -347,13 +354,7 @@ def tile_statistics_raw(x, t, LOSS: tl.constexpr):
         m_t = m_t * LOG2E
         e_x = tl.exp2(x * LOG2E - exponent_shift(m_x))
         e_t = tl.exp2(t * LOG2E - exponent_shift(m_t))
-        if LOSS == CE_LOGITS:
-            weighted = tl.where(e_t > 0, e_t * x, 0.0)
-        elif LOSS == FORWARD_KL:
-            weighted = tl.where(e_t > 0, e_t * (t - x), 0.0)
-        else:
-            weighted = tl.where(e_x > 0, e_x * (x - t), 0.0)
-        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted), 0, sum_triple)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted_terms(e_x, e_t, x, t, LOSS)), 0, sum_triple)
         return m_x, s_x, m_t, s_t, acc * LOG2E
 
 
