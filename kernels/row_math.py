@@ -20,6 +20,8 @@ contributes nothing; an element with zero probability contributes 0 to ``acc`` (
 A row whose every logit is -inf ends with s = 0 and gives NaN, like PyTorch; NaN inputs propagate.
 """
 
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -42,6 +44,9 @@ WS_GRAD_SCALE = tl.constexpr(_layout.WS_GRAD_SCALE)
 WS_ROWS = tl.constexpr(_layout.WS_ROWS)
 SUM_BLOCK = tl.constexpr(1024)  # row losses summed per step by the last program
 COUNT_BLOCK = tl.constexpr(1024)  # rows counted per step (count_rows); >= a program's threads (call_scales)
+
+# The Triton interpreter (TRITON_INTERPRET=1, the CPU tests) has no libdevice: FAST math keeps the exact log2 there.
+GPU_APPROXIMATIONS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -462,8 +467,8 @@ def lse_difference(m_x, s_x, m_t, s_t, FAST: tl.constexpr = False):
 def log2_of(s, FAST: tl.constexpr):
     """log2 of a row's sum of exponentials (>= 1 unless the row is empty); FAST: the GPU's approximate log2 (one
     MUFU.LG2, relative error about 2**-22) instead of libdevice's exact one (a polynomial of some 25 instructions),
-    compiled kernels only."""
-    if FAST:
+    compiled kernels only (the interpreter takes the exact one)."""
+    if FAST and GPU_APPROXIMATIONS:
         return libdevice.fast_log2f(s)
     else:
         return tl.log2(s)
