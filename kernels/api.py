@@ -45,7 +45,7 @@ def prepare(
     ``Plan.run()`` returns (loss, grad) and can be called again: timing it measures the kernels alone (a
     kernel-only number; users call :func:`entropy_loss_forward_backward` or :func:`entropy_loss`). Variant
     options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``, ``cooperative``,
-    ``schedule``, ``maxnreg``, ``keep_last``, ``prefetch`` and ``read_ahead`` (see
+    ``schedule``, ``maxnreg``, ``keep_last``, ``prefetch``, ``read_ahead`` and ``fast_math`` (see
     :func:`kernels.split_row.plan_split_row`).
     ``auto`` and ``split_row`` called without block_size, num_warps and options
     take their configuration from the GPU's tuning table (``kernels.auto``). ``group``: see

@@ -366,6 +366,9 @@ def test_split_row_option_errors(gen, oracle):
     for options in ({"schedule": "wait"}, {"split": False}, {"cooperative": False}):
         with pytest.raises(ValueError, match="read_ahead is an option of the lagged cooperative kernel"):
             kernels.prepare(logits, labels, variant="split_row", block_size=32, read_ahead=1, **options)
+    for bad in (1, 0, "no"):
+        with pytest.raises(TypeError, match="fast_math must be True or False"):
+            kernels.prepare(logits, labels, variant="split_row", block_size=32, fast_math=bad)
 
 
 def test_split_row_prefetch_plans_the_same_math(gen, oracle):
