@@ -7,8 +7,15 @@ objects let `perfutils` compile a launch offline for sm_90 (registers, spills) a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run under the interpreter (``TRITON_INTERPRET=1``: one program at a time, on CPU
+    tensors, no libdevice) rather than compiled."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _has_sanitize_overflow() -> bool:

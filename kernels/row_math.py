@@ -20,13 +20,12 @@ contributes nothing; an element with zero probability contributes 0 to ``acc`` (
 A row whose every logit is -inf ends with s = 0 and gives NaN, like PyTorch; NaN inputs propagate.
 """
 
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import problem as _layout
+from .launch import interpreting
 
 # Loss codes, the LOSS constexpr of every kernel.
 CE_LABELS = tl.constexpr(0)
@@ -46,7 +45,7 @@ SUM_BLOCK = tl.constexpr(1024)  # row losses summed per step by the last program
 COUNT_BLOCK = tl.constexpr(1024)  # rows counted per step (count_rows); >= a program's threads (call_scales)
 
 # The Triton interpreter (TRITON_INTERPRET=1, the CPU tests) has no libdevice: FAST math keeps the exact log2 there.
-GPU_APPROXIMATIONS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+GPU_APPROXIMATIONS = tl.constexpr(not interpreting())
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)

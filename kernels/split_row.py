@@ -23,14 +23,12 @@ forever. Rows that fit in one chunk need no exchange and use the single-tile fus
 which the H100 measured faster than splitting for cross-entropy from labels up to 64K columns.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from .fused import fused_launch, keeps_last_tile
-from .launch import Launch, Plan
+from .launch import Launch, Plan, interpreting
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_keep_last, check_maxnreg,
                       check_num_warps, finisher, next_power_of_2, workspace_size)
 from .row_math import (
@@ -508,10 +506,6 @@ def default_split_row_config(n_cols: int) -> tuple[int, int]:
     configuration for most shapes of the H100 sweep (data/h100-sxm-80gb/split_row_tuning.csv)."""
     block_size = min(max(next_power_of_2(n_cols), MIN_BLOCK_SIZE), 4096)
     return block_size, 4
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def max_resident_programs(launch: Launch) -> int:

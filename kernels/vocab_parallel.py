@@ -55,12 +55,12 @@ import triton
 from . import ops, vocab_parallel_search
 from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
                        direct_launch)
-from .launch import Launch
+from .launch import Launch, interpreting
 from .peer_memory import group_barrier, peer_buffers
 from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem,
                       check_block_size, check_num_warps, finisher, next_power_of_2)
 from .prologue import prologue_launch
-from .split_row import cooperative_slots, default_split_row_config, interpreting
+from .split_row import cooperative_slots, default_split_row_config
 from .two_pass import default_two_pass_config
 from .vocab_parallel_exchange import (LAG_STEPS, TIMEOUT_MESSAGE, check_timeout, exchange_epilogue_kernel,
                                       exchange_kernel)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from . import autotune
 from .peer_memory import group_barrier
-from .split_row import interpreting
+from .launch import interpreting
 
 CANDIDATES = ((4096, 4), (8192, 4))  # (block_size, num_warps); the other sizes explored never won
 WARMUP = 3  # untimed runs per candidate (the first one starts the kernel)

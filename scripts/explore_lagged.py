@@ -23,6 +23,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
   python scripts/explore_lagged.py probe-stalls         # run R: issue slots, pipes and stall reasons (under ncu)
+  python scripts/explore_lagged.py table -fast LOG /fa   # a timing log per cell and configuration (best of each side)
 
 The cells are issue 14's slow ones (bf16; each run's own losses, vocabularies and token counts below). Each plan is
 checked against float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median,
@@ -35,8 +36,8 @@ L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for t
 planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
 ``run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
 ``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``run_S_summary_groups.patch``) and
-``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``) and
-``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``), ``explore_fast_2026-11-26.txt`` (run W).
+``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``),
+``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
 """
 import json
 import math
@@ -192,7 +193,8 @@ LOADS_CELLS = ([(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "for
                 for vocab in [32000, 50257, 50304, 128256, 151936, 256000]]
                + [("cross_entropy", "labels", vocab, 4096) for vocab in [32000, 50257, 151936]])
 LOADS_CONFIGS = ([(4096, 4, options) for options in ({}, {"hints": False}, {"maxnreg": 128},
-                                                     {"hints": False, "maxnreg": 128}, {"full_loads": True, "maxnreg": 128},
+                                                     {"hints": False, "maxnreg": 128},
+                                                     {"full_loads": True, "maxnreg": 128},
                                                      {"full_loads": True, "hints": False, "maxnreg": 128})]
                  + [(8192, 4, {"maxnreg": 128}), (8192, 4, {"hints": False, "maxnreg": 128})])
 # Run W (2026-11-26): fewer instructions per step and element (statistics from the raw tiles,
@@ -334,7 +336,8 @@ def run(phase, cells, configs, part=0, parts=1):
                            for i in range(0, tokens, 256)) / tokens
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
-            record = {"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": label(block, warps, options),
+            record = {"lag": LAG, "loss": loss, "fmt": fmt, "vocab": vocab, "tokens": tokens,
+                      "cfg": label(block, warps, options),
                       **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {}),
                       **({"force_peel": True} if FORCE_PEEL else {}), **({"no_edge": True} if NO_EDGE else {})}
             try:
@@ -374,9 +377,56 @@ def probe(cases):
         print("ran", loss, vocab, plan.config, flush=True)
 
 
+def table(run_name: str, log: str, split: str | None = None) -> None:
+    """A timing log's records (``time-<run>``'s JSON lines, as kept in data/<gpu>/logs) per cell and configuration:
+    each pass's % of copy and the kernel's registers, then per cell the best configuration (mean over passes) of each
+    side: the code trees of a two-tree run ("tree"), else configurations whose label contains ``split`` or not.
+    ``LOG::HEADER`` reads only the records under that "## ..." header (a log holding several runs).
+    Cells are the run's own, in order (each cell's records start with its stream rows: the logs of runs before W name
+    no target format); a pass that stopped early (a crash) ends at its last record."""
+    import collections
+    import re
+
+    cells = RUNS[run_name][0]
+    log, _, section = log.partition("::")  # LOG::HEADER: only the records after that "## ..." header of the log
+    text = open(log).read()
+    if section:  # the header's own line, then up to the next header
+        text = text[text.index(f"\n{section}\n") + 1:]
+        text = text[:text.find("\n## ")] if "\n## " in text else text
+    records = [json.loads(found) for found in re.findall(r'\{"(?:tree|lag)": [^{}]*\}', text)]
+    found = collections.defaultdict(list)  # (cell, cfg, side) -> records
+    index, tree = -1, None
+    for record in records:
+        if record.get("tree") != tree:  # another code tree's pass starts with the run's first cell
+            index, tree = -1, record.get("tree")
+        if record["cfg"].startswith("stream"):
+            index += record["cfg"] == "stream4096/4"
+            continue
+        cell = cells[index % len(cells)]
+        side = tree if tree is not None else ("with" if split and split in record["cfg"] else "without")
+        found[(cell, record["cfg"], side)].append(record)
+    for cell in cells:
+        loss, fmt, vocab, tokens = cell
+        best = {}
+        for (other, cfg, side), rows in found.items():
+            if other != cell:
+                continue
+            pcts = [row["pct"] for row in rows if "pct" in row]
+            regs = rows[0].get("regs", "-")
+            print(f"{loss}/{fmt} {tokens} x {vocab} {cfg} [{side}]: "
+                  + (" ".join(f"{pct:.1f}" for pct in pcts) + f" ({regs} registers)" if pcts else "failed"))
+            if pcts and sum(pcts) / len(pcts) > best.get(side, (0, ""))[0]:
+                best[side] = (sum(pcts) / len(pcts), cfg)
+        print(f"  best: " + ", ".join(f"{side} {mean:.1f} ({cfg})" for side, (mean, cfg) in sorted(best.items())))
+    errors = [record["err"] for record in records if "err" in record]
+    print(f"{len(errors)} plans checked, max error {max(errors):.1e}; {sum('error' in r for r in records)} failed")
+
+
 if __name__ == "__main__":
     command = sys.argv[1]
-    if command in PROBES:
+    if command == "table":
+        table(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    elif command in PROBES:
         probe(PROBES[command])
     elif command.startswith("compile") and command[len("compile"):] in RUNS:
         run("compile", *RUNS[command[len("compile"):]], int(sys.argv[2]), int(sys.argv[3]))

@@ -26,7 +26,7 @@ import torch
 import kernels
 import kernels.split_row as split_row_module
 from kernels import reference
-from kernels.split_row import interpreting
+from kernels.launch import interpreting
 
 pytestmark = [
     pytest.mark.gpu,

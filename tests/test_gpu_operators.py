@@ -19,7 +19,7 @@ import torch
 
 import kernels
 from kernels import ops
-from kernels.split_row import interpreting
+from kernels.launch import interpreting
 
 pytestmark = [
     pytest.mark.gpu,

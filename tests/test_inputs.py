@@ -252,7 +252,7 @@ def test_bad_cooperative(logits, labels):
 
 def test_cooperative_needs_gpu(logits, labels):
     """cooperative=True cannot run under the interpreter or on CPU tensors: refused with a reason."""
-    if logits.device.type == "cuda" and not kernels.split_row.interpreting():
+    if logits.device.type == "cuda" and not kernels.launch.interpreting():
         pytest.skip("a compiled CUDA run may go cooperative; the refusal is tested in test_gpu_kernels.py")
     wide = torch.randn(4, 40, device=logits.device)  # 3 chunks of 16: a row needs an exchange
     with pytest.raises(ValueError, match="cooperative"):
