@@ -167,8 +167,8 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
             lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
-    # always the least it needs: perfutils.model.occupancy.register_caps_for_more_blocks); a cap that spills is
-    # timed like any candidate and loses.
+    # always the least it needs: perfutils.model.occupancy.register_caps_for_more_blocks) or give it more registers
+    # with one program fewer; a cap that spills is timed like any candidate and loses.
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
         for cap in capped_registers(compiled, steps):
@@ -203,12 +203,16 @@ def capped_registers(compiled, steps: int = 2) -> list[int]:
     """maxnreg values to time a launched kernel under again: its own register count (an explicit cap at the count
     ptxas chose anyway ran 2-4% faster on the H100: lagged labels CE at 80 registers, 4096 x 49152-65536,
     ``scripts/ab_register_cap.py``, ``data/h100-sxm-80gb/logs/ab_register_cap_2026-11-23.txt``), then the caps that
-    fit one, two, ... ``steps`` more programs per SM ([] when its counts cannot be read)."""
+    fit one, two, ... ``steps`` more programs per SM, then the cap that gives it the most registers with one program
+    fewer (ptxas may leave registers its occupancy allows unused: ``register_cap_for_fewer_blocks``). [] when its
+    counts cannot be read."""
     try:
-        from perfutils.model.occupancy import register_caps_of_compiled
+        from perfutils.model.occupancy import register_cap_for_fewer_blocks_of_compiled, register_caps_of_compiled
 
         more = [cap for cap, _blocks in register_caps_of_compiled(compiled, steps=steps)]
+        fewer = register_cap_for_fewer_blocks_of_compiled(compiled)
     except Exception:  # noqa: BLE001 - perfutils missing, another Triton's kernel object: no twins, no harm
         return []
     own = getattr(compiled, "n_regs", None)
-    return ([own] if isinstance(own, int) and own > 0 and own not in more else []) + more
+    return (([own] if isinstance(own, int) and own > 0 and own not in more else []) + more
+            + ([fewer[0]] if fewer is not None else []))

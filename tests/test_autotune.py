@@ -88,14 +88,17 @@ def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeyp
 
 
 def test_capped_registers_reads_a_launched_kernel():
-    """Caps that fit one and two more programs per SM (sm_90, 4 warps, no shared memory: 128 registers fit 4
-    blocks, 96 fit 5, 80 fit 6); nothing for a kernel whose counts cannot be read."""
+    """Caps that fit one and two more programs per SM, then the one that allows the most registers with one program
+    fewer (sm_90, 4 warps, no shared memory: 168 registers fit 3 blocks, 128 fit 4, 96 fit 5, 80 fit 6); nothing for
+    a kernel whose counts cannot be read."""
     kernel = type("Compiled", (), {"n_regs": 128, "metadata": type("Meta", (), {"shared": 0, "num_warps": 4})()})()
-    assert autotune.capped_registers(kernel) == [128, 96, 80]  # its own count first
-    kernel.n_regs = 80  # 6 blocks; 72 fits 7, 64 fits 8
-    assert autotune.capped_registers(kernel) == [80, 72, 64]
+    assert autotune.capped_registers(kernel) == [128, 96, 80, 168]  # its own count first
+    kernel.n_regs = 80  # 6 blocks; 72 fits 7, 64 fits 8, 96 is the most with 5
+    assert autotune.capped_registers(kernel) == [80, 72, 64, 96]
+    kernel.n_regs = 96  # the fast-math reverse-KL kernel: 128 with one program fewer
+    assert autotune.capped_registers(kernel, 1) == [96, 80, 128]
     kernel.n_regs = 128
-    assert autotune.capped_registers(kernel, 3) == [128, 96, 80, 72]  # and 72 fits 7
+    assert autotune.capped_registers(kernel, 3) == [128, 96, 80, 72, 168]  # and 72 fits 7
     assert autotune.capped_registers(object()) == []
 
 

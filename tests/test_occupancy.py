@@ -433,3 +433,26 @@ def test_register_caps_for_more_blocks():
         assert occupancy_of_counts(cap, 1024, 8).blocks_per_sm == blocks
         assert occupancy_of_counts(cap + 8, 1024, 8).blocks_per_sm < blocks  # the largest cap of its level
     assert register_caps_for_more_blocks(32, 0, 4) == []  # 16 blocks of 128 threads: threads limit, not registers
+
+
+def test_register_cap_for_fewer_blocks():
+    """sm_90, 4 warps: a kernel at 96 registers (5 blocks) may take up to 128 with 4 blocks, one at 128 up to 168 with
+    3; each cap is the largest of its level; nothing when fewer than two blocks would remain, when registers do not
+    limit the kernel, or when its count already is the level's largest."""
+    from perfutils.model.occupancy import occupancy_of_counts, register_cap_for_fewer_blocks
+
+    assert register_cap_for_fewer_blocks(96, 0, 4) == (128, 4)
+    assert register_cap_for_fewer_blocks(90, 0, 4) == (128, 4)
+    assert register_cap_for_fewer_blocks(128, 0, 4) == (168, 3)
+    assert register_cap_for_fewer_blocks(80, 0, 8) == (128, 2)
+    assert register_cap_for_fewer_blocks(96, 0, 8) is None  # 2 blocks of 256 threads: one would remain
+    assert register_cap_for_fewer_blocks(96, 0, 8, min_blocks=1) == (248, 1)
+    assert register_cap_for_fewer_blocks(32, 0, 4) is None  # threads limit, not registers
+    for n_regs, shared, warps in ((72, 0, 4), (100, 20000, 4), (60, 0, 2)):
+        found = register_cap_for_fewer_blocks(n_regs, shared, warps)
+        if found is None:
+            continue
+        cap, blocks = found
+        assert cap > n_regs and blocks == occupancy_of_counts(n_regs, shared, warps).blocks_per_sm - 1
+        assert occupancy_of_counts(cap, shared, warps).blocks_per_sm == blocks
+        assert cap + 8 > 255 or occupancy_of_counts(cap + 8, shared, warps).blocks_per_sm < blocks

@@ -394,10 +394,35 @@ def register_caps_for_more_blocks(n_regs: int, shared_bytes: int, num_warps: int
     return caps
 
 
+def register_cap_for_fewer_blocks(n_regs: int, shared_bytes: int, num_warps: int, cc=(9, 0), *,
+                                  min_blocks: int = 2) -> tuple[int, int] | None:
+    """``(cap, blocks_per_sm)``: the most registers per thread a cap can give the kernel while one block fewer fits on
+    an SM, or None (registers do not limit it, no cap above its count changes the occupancy, or fewer than
+    ``min_blocks`` would fit). ptxas without a cap does not always take the registers the occupancy it reaches
+    allows: with the fast math the lagged reverse-KL kernel took 96 registers (5 blocks of 4 warps), and under a
+    128-register cap 127, running faster (4096 x 32000, ``data/h100-sxm-80gb/logs/explore_fast_2026-11-26.txt``)."""
+    limits = sm_limits(cc)
+    current = occupancy_of_counts(n_regs, shared_bytes, num_warps, cc)
+    if "registers" not in current.limiters or current.blocks_per_sm - 1 < max(1, min_blocks):
+        return None
+    own = _round_up(n_regs, 8)
+    for cap in range(limits.max_registers_per_thread // 8 * 8, own, -8):
+        occ = occupancy_of_counts(cap, shared_bytes, num_warps, cc)
+        if occ.blocks_per_sm >= current.blocks_per_sm - 1:
+            return cap, occ.blocks_per_sm
+    return None
+
+
 def register_caps_of_compiled(kernel, cc=None, *, steps: int = 2) -> list[tuple[int, int]]:
     """:func:`register_caps_for_more_blocks` of a launched Triton ``CompiledKernel``."""
     n_regs, shared, num_warps, target_cc = _kernel_counts(kernel)
     return register_caps_for_more_blocks(n_regs, shared, num_warps, cc or target_cc or (9, 0), steps=steps)
+
+
+def register_cap_for_fewer_blocks_of_compiled(kernel, cc=None) -> tuple[int, int] | None:
+    """:func:`register_cap_for_fewer_blocks` of a launched Triton ``CompiledKernel``."""
+    n_regs, shared, num_warps, target_cc = _kernel_counts(kernel)
+    return register_cap_for_fewer_blocks(n_regs, shared, num_warps, cc or target_cc or (9, 0))
 
 
 def max_coresident_programs(n_regs: int, shared_bytes: int, num_warps: int, sm_count: int,
