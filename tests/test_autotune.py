@@ -62,11 +62,11 @@ def test_search_keeps_the_fastest_and_records_failures(monkeypatch):
     assert any("does not compile" in c.get("error", "") for c in entry["candidates"])
 
 
-def test_search_times_the_three_fastest_lagged_kernels_under_register_caps(monkeypatch):
-    """The three fastest lagged candidates are timed again with every cap capped_registers offers (up to three more
-    programs per SM for the fastest, two for the others); a capped twin that is fastest wins, with its maxnreg in the
-    options a later call plans with, also when its kernel ranked third uncapped."""
-    base = {("split_row", 4096, 4): 0.60, ("split_row", 8192, 4): 0.50, ("split_row", 8192, 8): 0.55,
+def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeypatch):
+    """The two fastest lagged candidates are timed again with every cap capped_registers offers (up to three more
+    programs per SM for the fastest, two for the runner-up); a capped twin that is fastest wins, with its maxnreg in
+    the options a later call plans with, also when its kernel ranked second uncapped."""
+    base = {("split_row", 4096, 4): 0.55, ("split_row", 8192, 4): 0.50, ("split_row", 8192, 8): 0.60,
             ("split_row", 2048, 4): 0.40}
 
     def fake_time(plan, repeats):
@@ -81,11 +81,11 @@ def test_search_times_the_three_fastest_lagged_kernels_under_register_caps(monke
     monkeypatch.setattr(autotune, "capped_registers",
                         lambda compiled, steps: capped.append((compiled, steps)) or [96, 80])
     entry = autotune._search(problem(n_cols=50304), None, {"split_row": fake_planner})
-    # the three fastest lagged candidates, fastest first (2048 columns does not compile here)
-    assert capped == [("kernel 8192/4", 3), ("kernel 8192/8", 2), ("kernel 4096/4", 2)]
+    # the two fastest lagged candidates, fastest first (2048 columns does not compile here)
+    assert capped == [("kernel 8192/4", 3), ("kernel 4096/4", 2)]
     twins = [c for c in entry["candidates"] if "maxnreg" in c["options"]]
     assert [(c["block_size"], c["num_warps"], c["options"]["maxnreg"]) for c in twins] == [
-        (8192, 4, 96), (8192, 4, 80), (8192, 8, 96), (8192, 8, 80), (4096, 4, 96), (4096, 4, 80)]
+        (8192, 4, 96), (8192, 4, 80), (4096, 4, 96), (4096, 4, 80)]
     assert (entry["block_size"], entry["num_warps"], entry["options"]) == (4096, 4, {"maxnreg": 80})
 
 
