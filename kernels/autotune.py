@@ -8,9 +8,9 @@ rounded up to a power of two, mask, gradient) times a handful of candidate confi
 tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel
 at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K; then the two fastest lagged
 kernels again under register caps: their own count, caps that fit one or two more programs per SM, and the most
-registers one program fewer allows), keeps the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU
-model, Triton version and version of the kernels' code (:func:`code_stamp`). Later calls, and later processes, read
-the choice: one dictionary lookup, no timing, no sync.
+registers one program fewer allows), keeps the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default
+``~/.cache/fused-loss-kernels``), one JSON file per GPU model, Triton version and version of the kernels' code
+(:func:`code_stamp`). Later calls, and later processes, read the choice: one dictionary lookup, no timing, no sync.
 
 The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
 milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
@@ -38,7 +38,7 @@ MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a r
 # 128 registers; capped at 72, seven programs, it ran 8-9 points faster: logs/explore_rows_2026-11-25.txt, run H),
 # two for the runner-up. Twins for the third as well were never fastest: forward KL and logits CE at 151936-262144
 # columns, 4096 and 16384 tokens, their 4096-column kernel third uncapped (141 registers) and capped (128) still
-# 0.6-2.3% slower than the 8192-column one (code 586ddfd, data/h100-sxm-80gb/logs/vocab_sweep_twins_2026-11-26.txt).
+# 0.4-2.9% slower than the 8192-column one (code 586ddfd, data/h100-sxm-80gb/logs/vocab_sweep_twins_2026-11-26.txt).
 TWIN_STEPS = (3, 2)
 _MEMORY: dict[tuple, dict] = {}
 _LOCK = threading.Lock()
