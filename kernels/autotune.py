@@ -209,12 +209,10 @@ def capped_registers(compiled, steps: int = 2) -> list[int]:
     fewer (ptxas may leave registers its occupancy allows unused: ``register_cap_for_fewer_blocks``). [] when its
     counts cannot be read."""
     try:
-        from perfutils.model.occupancy import register_cap_for_fewer_blocks_of_compiled, register_caps_of_compiled
+        from perfutils.model.occupancy import register_caps_of_compiled
 
-        more = [cap for cap, _blocks in register_caps_of_compiled(compiled, steps=steps)]
-        fewer = register_cap_for_fewer_blocks_of_compiled(compiled)
+        caps = [cap for cap, _blocks in register_caps_of_compiled(compiled, steps=steps, fewer=True)]
     except Exception:  # noqa: BLE001 - perfutils missing, another Triton's kernel object: no twins, no harm
         return []
     own = getattr(compiled, "n_regs", None)
-    return (([own] if isinstance(own, int) and own > 0 and own not in more else []) + more
-            + ([fewer[0]] if fewer is not None else []))
+    return ([own] if isinstance(own, int) and own > 0 and own not in caps else []) + caps

@@ -413,16 +413,14 @@ def register_cap_for_fewer_blocks(n_regs: int, shared_bytes: int, num_warps: int
     return None
 
 
-def register_caps_of_compiled(kernel, cc=None, *, steps: int = 2) -> list[tuple[int, int]]:
-    """:func:`register_caps_for_more_blocks` of a launched Triton ``CompiledKernel``."""
+def register_caps_of_compiled(kernel, cc=None, *, steps: int = 2, fewer: bool = False) -> list[tuple[int, int]]:
+    """:func:`register_caps_for_more_blocks` of a launched Triton ``CompiledKernel``; with ``fewer``, followed by its
+    :func:`register_cap_for_fewer_blocks` when there is one."""
     n_regs, shared, num_warps, target_cc = _kernel_counts(kernel)
-    return register_caps_for_more_blocks(n_regs, shared, num_warps, cc or target_cc or (9, 0), steps=steps)
-
-
-def register_cap_for_fewer_blocks_of_compiled(kernel, cc=None) -> tuple[int, int] | None:
-    """:func:`register_cap_for_fewer_blocks` of a launched Triton ``CompiledKernel``."""
-    n_regs, shared, num_warps, target_cc = _kernel_counts(kernel)
-    return register_cap_for_fewer_blocks(n_regs, shared, num_warps, cc or target_cc or (9, 0))
+    cc = cc or target_cc or (9, 0)
+    caps = register_caps_for_more_blocks(n_regs, shared, num_warps, cc, steps=steps)
+    below = register_cap_for_fewer_blocks(n_regs, shared, num_warps, cc) if fewer else None
+    return caps + ([below] if below is not None else [])
 
 
 def max_coresident_programs(n_regs: int, shared_bytes: int, num_warps: int, sm_count: int,
