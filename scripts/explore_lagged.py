@@ -332,8 +332,7 @@ def run(phase, cells, configs, part=0, parts=1):
                                   "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
             del out
             rows = torch.randperm(tokens, device="cuda")[:16]
-            ref_loss = sum(reference.entropy_loss(x[i:i + 256], t[i:i + 256], loss=loss, target_format=fmt) * 256
-                           for i in range(0, tokens, 256)) / tokens
+            ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
             record = {"lag": LAG, "loss": loss, "fmt": fmt, "vocab": vocab, "tokens": tokens,

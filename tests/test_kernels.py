@@ -688,3 +688,20 @@ def test_raw_tile_statistics_match_scaled_ones(loss_code):
         assert torch.equal(torch.isnan(scaled), torch.isnan(raw)), f"{label}: {scaled} vs {raw}"
         close = torch.isclose(raw, scaled, rtol=1e-6, atol=1e-6) | torch.isnan(raw) | (raw == scaled)
         assert bool(close.all()), f"{label}: raw {raw} vs scaled {scaled}"
+
+
+@pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
+def test_reference_loss_in_blocks_matches_the_whole_mean(loss_index):
+    """The blockwise float64 mean (for checking shapes too large to copy to float64 whole) equals entropy_loss,
+    with ignored label rows and a last block that is not full."""
+    loss, fmt = LOSS_FORMATS[loss_index]
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(23, 37, generator=gen) * 3).bfloat16()
+    if fmt == "labels":
+        t = torch.randint(0, 37, (23,), generator=gen)
+        t[[0, 5, 22]] = -100
+    else:
+        t = (torch.randn(23, 37, generator=gen) * 3).bfloat16()
+    whole = float(reference.entropy_loss(x, t, loss=loss, target_format=fmt))
+    blocks = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt, rows_per_block=5)
+    assert blocks == pytest.approx(whole, rel=1e-12)
