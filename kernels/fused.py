@@ -21,9 +21,11 @@ from .row_math import (
     combine_statistics,
     finish_program,
     gradient_from_summary,
+    gradient_scales,
     label_in_tile,
     load_edge,
     label_logit,
+    load_raw_tiles,
     load_tiles,
     lse_difference,
     row_loss,
@@ -32,8 +34,10 @@ from .row_math import (
     row_losses_ptr,
     row_peel,
     row_validity,
+    scaled_gradient,
     tile_gradient,
     tile_statistics,
+    widen,
 )
 
 
@@ -134,18 +138,13 @@ def fused_loss_kernel(
                                          cols, label_in_tile(label, last + head, BLOCK_SIZE), lse_diff2, loss, LOSS)
                     tl.store(g_body + last + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty),
                              mask=cols < body - last)
+                q_scale, p_scale, offset = gradient_scales(s_x, s_t, lse_diff2, loss, grad_scale, LOSS)
                 for step in range(0, last, BLOCK_SIZE):
                     start = last - BLOCK_SIZE - step if KEEP_LAST else step
-                    x2, t2 = load_tiles(x_body + start, t_body + start, cols, body - start, LOSS)
-                    e_x = tl.exp2(x2 - m_x)
-                    e_t = tl.exp2(t2 - m_t)
-                    grad = tile_gradient(e_x, 1.0 / s_x, e_t, 1.0 / s_t, x2 - t2, cols,
-                                         label_in_tile(label, start + head, BLOCK_SIZE), lse_diff2, loss, LOSS)
-                    tl.store(
-                        g_body + start + cols,
-                        (grad * grad_scale).to(grad_ptr.dtype.element_ty),
-                        mask=cols < body - start,
-                    )
+                    x, t = load_raw_tiles(x_body + start, t_body + start, cols, body - start, LOSS, "")
+                    grad = scaled_gradient(widen(x), widen(t), m_x, m_t, q_scale, p_scale, offset, cols,
+                                           label_in_tile(label, start + head, BLOCK_SIZE), LOSS)
+                    tl.store(g_body + start + cols, grad.to(grad_ptr.dtype.element_ty), mask=cols < body - start)
                 if PEEL:
                     egrad = gradient_from_summary(ex2, et2, m_x, s_x, m_t, s_t, lse_diff2, ecols, label, loss, LOSS)
                     tl.store(g_row + ecols, (egrad * grad_scale).to(grad_ptr.dtype.element_ty), mask=evalid)

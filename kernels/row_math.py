@@ -76,9 +76,21 @@ def sum_triple(a, b, c, a2, b2, c2):
 
 
 @triton.jit
+def widen(x):
+    """A tile as fp32. bf16 in a compiled kernel: one instruction per element (the low half of each 32-bit pair shifted
+    up, the high half masked), where ptxas's own conversion takes two for the high half (a byte permute, then a
+    shift)."""
+    if x.dtype == tl.bfloat16 and GPU_APPROXIMATIONS:
+        return tl.inline_asm_elementwise("{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }", "=r,=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=2)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
 def base2(x):
     """fp32 base-2 scaled values x * log2(e) of a tile in its input dtype."""
-    return x.to(tl.float32) * LOG2E
+    return widen(x) * LOG2E
 
 
 @triton.jit
@@ -344,6 +356,19 @@ def weighted_terms(e_x, e_t, x, t, LOSS: tl.constexpr):
 
 
 @triton.jit
+def weighted_terms_fused(e_x, e_t, x, t, LOSS: tl.constexpr):
+    """:func:`weighted_terms` with the zero taken before the multiply (the weight times 0 where it is 0), so the
+    multiply and the sum's add fuse into one instruction."""
+    if LOSS == CE_LOGITS:
+        weighted = e_t * tl.where(e_t > 0, x, 0.0)
+    elif LOSS == FORWARD_KL:
+        weighted = e_t * tl.where(e_t > 0, t - x, 0.0)
+    else:
+        weighted = e_x * tl.where(e_x > 0, x - t, 0.0)
+    return weighted
+
+
+@triton.jit
 def tile_statistics_raw(x, t, LOSS: tl.constexpr):
     """:func:`tile_statistics` of ``base2(x)``, ``base2(t)`` from the fp32 tiles themselves (no exponentials kept):
     the maxima taken before the log2(e) scale (the same numbers: rounding is monotonic), each exponential one fused
@@ -358,7 +383,7 @@ def tile_statistics_raw(x, t, LOSS: tl.constexpr):
         m_t = m_t * LOG2E
         e_x = tl.exp2(x * LOG2E - exponent_shift(m_x))
         e_t = tl.exp2(t * LOG2E - exponent_shift(m_t))
-        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted_terms(e_x, e_t, x, t, LOSS)), 0, sum_triple)
+        s_x, s_t, acc = tl.reduce((e_x, e_t, weighted_terms_fused(e_x, e_t, x, t, LOSS)), 0, sum_triple)
         return m_x, s_x, m_t, s_t, acc * LOG2E
 
 
@@ -382,12 +407,13 @@ def combine_statistics(m_x, s_x, m_t, s_t, acc, m_x2, s_x2, m_t2, s_t2, acc2, LO
 
 @triton.jit
 def row_statistics(x_row, t_row, cols, n_cols, LOSS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """Summary of a whole row, streamed in tiles of BLOCK_SIZE columns (online softmax, one pass)."""
-    x2, t2 = load_tiles(x_row, t_row, cols, n_cols, LOSS)
-    m_x, s_x, m_t, s_t, acc, _, _ = tile_statistics(x2, t2, LOSS)
+    """Summary of a whole row, streamed in tiles of BLOCK_SIZE columns (online softmax, one pass; each tile through
+    :func:`tile_statistics_raw`)."""
+    x, t = load_raw_tiles(x_row, t_row, cols, n_cols, LOSS, "")
+    m_x, s_x, m_t, s_t, acc = tile_statistics_raw(widen(x), widen(t), LOSS)
     for start in range(BLOCK_SIZE, n_cols, BLOCK_SIZE):
-        x2, t2 = load_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS)
-        tm_x, ts_x, tm_t, ts_t, tacc, _, _ = tile_statistics(x2, t2, LOSS)
+        x, t = load_raw_tiles(x_row + start, t_row + start, cols, n_cols - start, LOSS, "")
+        tm_x, ts_x, tm_t, ts_t, tacc = tile_statistics_raw(widen(x), widen(t), LOSS)
         m_x, s_x, m_t, s_t, acc = combine_statistics(m_x, s_x, m_t, s_t, acc, tm_x, ts_x, tm_t, ts_t, tacc, LOSS)
     return m_x, s_x, m_t, s_t, acc
 
@@ -492,6 +518,36 @@ def gradient_from_summary(x2, t2, m_x, s_x, m_t, s_t, lse_diff2, cols, label, lo
     e_t = tl.exp2(t2 - m_t)
     return tile_gradient(e_x, divide(1.0, s_x, FAST), e_t, divide(1.0, s_t, FAST), x2 - t2, cols, label, lse_diff2,
                          loss, LOSS)
+
+
+@triton.jit
+def gradient_scales(s_x, s_t, lse_diff2, loss, grad_scale, LOSS: tl.constexpr, FAST: tl.constexpr = False):
+    """The row scalars of :func:`scaled_gradient` from its combined summary: (q_scale, p_scale, offset), the softmaxes'
+    normalisations with grad_scale (grad_output / n_valid) folded in, so that no element is multiplied by it."""
+    q_scale = divide(grad_scale, s_x, FAST)
+    p_scale = divide(grad_scale, s_t, FAST)
+    offset = 0.0
+    if LOSS == CE_LABELS:
+        p_scale = grad_scale  # the one-hot target's weight
+    elif LOSS == REVERSE_KL:
+        offset = q_scale * (lse_diff2 * LN2 + loss)
+    return q_scale, p_scale, offset
+
+
+@triton.jit
+def scaled_gradient(x, t, m_x, m_t, q_scale, p_scale, offset, lanes, label, LOSS: tl.constexpr):
+    """grad_scale * d loss_row / d x for one tile of fp32 logits ``x`` and targets ``t`` in natural units (the
+    same values as :func:`gradient_from_summary` times grad_scale; scalars from :func:`gradient_scales`). Each
+    exponential is one fused multiply-add and exp2; reverse KL's factor one more: four to six instructions an element
+    fewer than the base-2 tiles, the separate normalisation and the grad_scale multiply."""
+    e_x = tl.exp2(x * LOG2E - m_x)
+    if LOSS == CE_LABELS:
+        grad = e_x * q_scale - tl.where(lanes == label, p_scale, 0.0)
+    elif LOSS == REVERSE_KL:
+        grad = tl.where(e_x > 0, e_x * (q_scale * (x - t) - offset), 0.0)
+    else:
+        grad = e_x * q_scale - tl.exp2(t * LOG2E - m_t) * p_scale
+    return grad
 
 
 @triton.jit

@@ -59,6 +59,9 @@ from .row_math import (
     tile_gradient,
     tile_statistics,
     tile_statistics_raw,
+    widen,
+    gradient_scales,
+    scaled_gradient,
 )
 
 # Globals read inside @triton.jit must be tl.constexpr; the host uses their .value.
@@ -385,14 +388,17 @@ def split_row_lagged_kernel(
             loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS, FAST_MATH)
             tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:
-                x2 = base2(x_old)
-                t2 = base2(t_old)
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t, FAST_MATH)
-                grad = gradient_from_summary(x2, t2, big_m_x, big_s_x, big_m_t, big_s_t, lse_diff2, cols,
-                                             label_in_tile(label, start + head_old, BLOCK_SIZE), loss, LOSS,
-                                             FAST_MATH)
-                tl.store(g_old + cols, (grad * grad_scale).to(grad_ptr.dtype.element_ty), mask=in_old,
-                         eviction_policy="evict_first")
+                old_label = label_in_tile(label, start + head_old, BLOCK_SIZE)
+                if FAST_MATH:  # grad_scale folded into the row's scalars, the tiles in natural units
+                    q_scale, p_scale, offset = gradient_scales(big_s_x, big_s_t, lse_diff2, loss, grad_scale, LOSS,
+                                                               FAST_MATH)
+                    grad = scaled_gradient(widen(x_old), widen(t_old), big_m_x, big_m_t, q_scale, p_scale, offset,
+                                           cols, old_label, LOSS)
+                else:
+                    grad = gradient_from_summary(base2(x_old), base2(t_old), big_m_x, big_s_x, big_m_t, big_s_t,
+                                                 lse_diff2, cols, old_label, loss, LOSS) * grad_scale
+                tl.store(g_old + cols, grad.to(grad_ptr.dtype.element_ty), mask=in_old, eviction_policy="evict_first")
                 if PEEL:
                     if chunk == NUM_CHUNKS - 1:  # the row's head and tail columns (read with the chunks, above)
                         ecols, evalid = edge_columns(head_old, body_old, n_cols, VEC)
@@ -449,7 +455,7 @@ def summarise_chunk(x, t, ex2, et2, partials_ptr, row, chunk, LOSS: tl.constexpr
     covers the row's head and tail columns (``ex2``, ``et2``: edge_tiles, read by the caller with the chunk).
     FAST_MATH: row_math.tile_statistics_raw."""
     if FAST_MATH:
-        m_x, s_x, m_t, s_t, acc = tile_statistics_raw(x.to(tl.float32), t.to(tl.float32), LOSS)
+        m_x, s_x, m_t, s_t, acc = tile_statistics_raw(widen(x), widen(t), LOSS)
     else:
         m_x, s_x, m_t, s_t, acc, _e_x, _e_t = tile_statistics(base2(x), base2(t), LOSS)
     if PEEL:

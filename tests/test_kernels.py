@@ -21,7 +21,8 @@ import triton.language as tl
 
 import kernels
 from kernels import reference
-from kernels.row_math import base2, tile_statistics, tile_statistics_raw
+from kernels.row_math import (base2, gradient_from_summary, gradient_scales, lse_difference, row_loss, scaled_gradient,
+                              tile_statistics, tile_statistics_raw)
 
 VARIANTS = ["fused", "two_pass", "split_row", "auto"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -685,9 +686,60 @@ def test_raw_tile_statistics_match_scaled_ones(loss_code):
         out = torch.zeros(10)
         _both_summaries[(1,)](x, t, out, LOSS=loss_code, N=n)
         scaled, raw = out[:used], out[5:5 + used]
-        assert torch.equal(torch.isnan(scaled), torch.isnan(raw)), f"{label}: {scaled} vs {raw}"
+        # The raw form zeroes a term by multiplying its weight by 0, so a NaN weight stays NaN in acc (the scaled form
+        # dropped it there; s is NaN in both, and so is the loss).
+        assert bool((torch.isnan(scaled) <= torch.isnan(raw)).all()), f"{label}: {scaled} vs {raw}"
+        if label != "NaN":
+            assert torch.equal(torch.isnan(scaled), torch.isnan(raw)), f"{label}: {scaled} vs {raw}"
         close = torch.isclose(raw, scaled, rtol=1e-6, atol=1e-6) | torch.isnan(raw) | (raw == scaled)
         assert bool(close.all()), f"{label}: raw {raw} vs scaled {scaled}"
+
+
+# The lagged and fused kernels write the gradient from the raw tiles with grad_scale folded into the row's scalars
+# (row_math.scaled_gradient): the same numbers as gradient_from_summary of the base-2 tiles times grad_scale.
+@triton.jit
+def _both_gradients(x_ptr, t_ptr, out_ptr, grad_scale, label, LOSS: tl.constexpr, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + cols).to(tl.float32)
+    t = tl.load(t_ptr + cols).to(tl.float32)
+    m_x, s_x, m_t, s_t, acc, _e_x, _e_t = tile_statistics(base2(x), base2(t), LOSS)
+    loss = row_loss(m_x, s_x, m_t, s_t, acc, tl.sum(tl.where(cols == label, x, 0.0), axis=0), LOSS)
+    lse_diff2 = lse_difference(m_x, s_x, m_t, s_t)
+    before = gradient_from_summary(base2(x), base2(t), m_x, s_x, m_t, s_t, lse_diff2, cols, label, loss, LOSS)
+    q_scale, p_scale, offset = gradient_scales(s_x, s_t, lse_diff2, loss, grad_scale, LOSS)
+    tl.store(out_ptr + cols, before * grad_scale)
+    tl.store(out_ptr + N + cols, scaled_gradient(x, t, m_x, m_t, q_scale, p_scale, offset, cols, label, LOSS))
+
+
+@pytest.mark.parametrize("loss_code", [0, 1, 2, 3], ids=["labels", "ce_logits", "forward_kl", "reverse_kl"])
+def test_scaled_gradient_matches_the_base2_form(loss_code):
+    gen = torch.Generator().manual_seed(20 + loss_code)
+    n = 64
+    x = torch.randn(n, generator=gen) * 3
+    t = torch.randn(n, generator=gen) * 3
+    cases = [(x, t, "finite")]
+    x_masked, t_masked = x.clone(), t.clone()
+    x_masked[::7] = float("-inf")
+    t_masked[::7] = float("-inf")
+    if loss_code == 3:  # reverse KL: a logit of probability 0 (its target finite)
+        x_masked[3::11] = float("-inf")
+    elif loss_code in (1, 2):  # a target of probability 0 (its logit finite)
+        t_masked[3::11] = float("-inf")
+    cases.append((x_masked, t_masked, "-inf entries"))
+    x_nan = x.clone()
+    x_nan[5] = float("nan")
+    cases.append((x_nan, t, "NaN"))
+    for grad_scale in (1 / 3, -2.5):
+        for x_case, t_case, name in cases:
+            out = torch.zeros(2 * n)
+            _both_gradients[(1,)](x_case, t_case, out, grad_scale, 9, LOSS=loss_code, N=n)
+            before, after = out[:n], out[n:]
+            label = f"{name}, grad_scale {grad_scale}"
+            assert torch.equal(torch.isnan(before), torch.isnan(after)), f"{label}: {before} vs {after}"
+            if name != "NaN":
+                assert bool(torch.isfinite(after).all()), label
+            close = torch.isclose(after, before, rtol=1e-5, atol=1e-7) | torch.isnan(after)
+            assert bool(close.all()), f"{label}: {after[~close]} vs {before[~close]}"
 
 
 @pytest.mark.parametrize("loss_index", range(len(LOSS_FORMATS)), ids=LOSS_IDS)
