@@ -299,7 +299,9 @@ def split_row_lagged_kernel(
     FAST_MATH: the chunk's statistics from its raw tile (row_math.tile_statistics_raw: two multiplies an element
     fewer) and the row's scalars with the approximate log2 and division (row_math.log2_of, divide): 6% fewer
     instructions (forward KL, offline sm_90), +0.1 to +2.3 points of copy bandwidth at 24 of 25 cells measured
-    (logs/explore_fast_2026-11-26.txt); errors far below fp32's 1e-5.
+    (logs/explore_fast_2026-11-26.txt); errors far below fp32's 1e-5. Also the gradient from the raw tiles with
+    grad_scale folded into the row's scalars (row_math.gradient_scales, scaled_gradient; 0.96-0.99x the time through
+    the public call, logs/ab_code_trees_2026-11-26.txt).
     """
     slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
