@@ -94,20 +94,25 @@ def base2(x):
 
 
 @triton.jit
-def load_raw(ptr, cols, n_cols, EVICTION: tl.constexpr):
+def load_raw(ptr, cols, n_cols, EVICTION: tl.constexpr, FILL: tl.constexpr = True):
     """A tile in its input dtype, -inf outside the row (everywhere when n_cols <= 0: nothing is read).
-    EVICTION: the L2 policy of the load ("" default, "evict_first", "evict_last")."""
-    return tl.load(ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
+    EVICTION: the L2 policy of the load ("" default, "evict_first", "evict_last"). FILL=False: lanes outside the row
+    are left undefined, for a tile whose outside lanes are never used (a gradient tile, its store masked the same
+    way): no register is set to -inf before each masked load (one instruction per 32-bit register)."""
+    if FILL:
+        return tl.load(ptr + cols, mask=cols < n_cols, other=float("-inf"), eviction_policy=EVICTION)
+    else:
+        return tl.load(ptr + cols, mask=cols < n_cols, eviction_policy=EVICTION)
 
 
 @triton.jit
-def load_raw_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr, EVICTION: tl.constexpr):
+def load_raw_tiles(x_ptr, t_ptr, cols, n_cols, LOSS: tl.constexpr, EVICTION: tl.constexpr, FILL: tl.constexpr = True):
     """The logits tile and, for the target-distribution losses, the target tile (else the logits
     again), in the input dtype (see load_raw)."""
-    x = load_raw(x_ptr, cols, n_cols, EVICTION)
+    x = load_raw(x_ptr, cols, n_cols, EVICTION, FILL)
     t = x
     if LOSS != CE_LABELS:
-        t = load_raw(t_ptr, cols, n_cols, EVICTION)
+        t = load_raw(t_ptr, cols, n_cols, EVICTION, FILL)
     return x, t
 
 
@@ -494,7 +499,9 @@ def log2_of(s, FAST: tl.constexpr):
     MUFU.LG2, relative error about 2**-22) instead of libdevice's exact one (a polynomial of some 25 instructions),
     compiled kernels only (the interpreter takes the exact one)."""
     if FAST and GPU_APPROXIMATIONS:
-        return libdevice.fast_log2f(s)
+        # ftz: without it ptxas scales a subnormal input around the MUFU (compares, selects, multiplies); s is 0 or >= 1
+        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True,
+                                         pack=1)
     else:
         return tl.log2(s)
 
@@ -502,7 +509,11 @@ def log2_of(s, FAST: tl.constexpr):
 @triton.jit
 def divide(a, b, FAST: tl.constexpr):
     """a / b; FAST: the approximate division (div.full, 2 ulp) instead of the IEEE one."""
-    if FAST:
+    if FAST and GPU_APPROXIMATIONS:
+        # ftz: no range scaling of the operands around the reciprocal (the quotients here are never subnormal)
+        return tl.inline_asm_elementwise("div.full.ftz.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    elif FAST:
         return tl.fdiv(a, b)
     else:
         return a / b

@@ -372,7 +372,7 @@ def split_row_lagged_kernel(
             old_width = 0 * old_width
         x_old, t_old = load_raw_tiles(logits_ptr + body_offset(old * logits_stride, head_old, PEEL, VEC) + start,
                                       target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start,
-                                      cols, old_width, LOSS, "evict_first")
+                                      cols, old_width, LOSS, "evict_first", not FAST_MATH)
         g_old = grad_ptr + body_offset(old * n_cols, head_old, PEEL, VEC) + start
         old_edge = old_valid & (chunk == NUM_CHUNKS - 1) & COMPUTE_GRAD
         ex_old, et_old = edge_tiles(x_old_row, target_ptr + old * target_stride, head_old, body_old, n_cols, old_edge,
