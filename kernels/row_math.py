@@ -497,19 +497,22 @@ def lse_difference(m_x, s_x, m_t, s_t, FAST: tl.constexpr = False):
 def log2_of(s, FAST: tl.constexpr):
     """log2 of a row's sum of exponentials (>= 1 unless the row is empty); FAST: the GPU's approximate log2 (one
     MUFU.LG2, relative error about 2**-22) instead of libdevice's exact one (a polynomial of some 25 instructions),
-    compiled kernels only (the interpreter takes the exact one)."""
-    if FAST and GPU_APPROXIMATIONS:
+    compiled kernels only (the interpreter takes the exact one); FAST=2: the same with subnormals flushed to zero."""
+    if FAST == 2 and GPU_APPROXIMATIONS:
         # ftz: without it ptxas scales a subnormal input around the MUFU (compares, selects, multiplies); s is 0 or >= 1
         return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True,
                                          pack=1)
+    elif FAST and GPU_APPROXIMATIONS:
+        return libdevice.fast_log2f(s)
     else:
         return tl.log2(s)
 
 
 @triton.jit
 def divide(a, b, FAST: tl.constexpr):
-    """a / b; FAST: the approximate division (div.full, 2 ulp) instead of the IEEE one."""
-    if FAST and GPU_APPROXIMATIONS:
+    """a / b; FAST: the approximate division (div.full, 2 ulp) instead of the IEEE one; FAST=2: subnormals flushed
+    (compiled kernels only)."""
+    if FAST == 2 and GPU_APPROXIMATIONS:
         # ftz: no range scaling of the operands around the reciprocal (the quotients here are never subnormal)
         return tl.inline_asm_elementwise("div.full.ftz.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
                                          is_pure=True, pack=1)
