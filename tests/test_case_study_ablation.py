@@ -98,14 +98,16 @@ def test_defaults_are_497s_launch():
 
 
 def test_final_step_matches_fused_launch_arguments(gen):
-    """The last ablation step runs the same math as kernels.fused on the same launch (tile, warps)."""
+    """The last ablation step runs the same math as kernels.fused on the same launch (tile, warps), up to fp32
+    rounding: since ae031fd kernels.fused summarises and differentiates a row of several tiles from the raw tiles
+    (row_math.tile_statistics_raw, scaled_gradient), the ablation kernels from the base-2 ones."""
     x, t = inputs(gen, 2, 200, torch.float32)
     fused = kernels.prepare(x, t, loss="reverse_kl", target_format="logits", variant="fused", block_size=64,
                             num_warps=4)
     step = providers.prepare(x, t, loss="reverse_kl", target_format="logits", variant=ablation.STEPS[-1].variant,
                              block_size=64, num_warps=4)
     (fused_loss, fused_grad), (step_loss, step_grad) = fused.run(), step.run()
-    assert rel_err(step_loss, fused_loss) <= 1e-6 and rel_err(step_grad, fused_grad) <= 1e-6
+    assert rel_err(step_loss, fused_loss) <= 1e-5 and rel_err(step_grad, fused_grad) <= 1e-5
     assert step.launches[0].num_stages == fused.launches[0].num_stages == 1
 
 

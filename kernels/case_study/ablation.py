@@ -40,7 +40,9 @@ losses with a separate PyTorch reduction; those host-side differences are left o
 kernel's body.
 
 :data:`STEPS` orders the switches so that step 0 is the #497 structure and each step removes one
-difference; the last step is ``kernels.fused`` itself (variant ``fused``). :data:`SOLO` flips one switch
+difference; the last step is ``kernels.fused`` itself (variant ``fused``; since ae031fd its rows of several tiles
+are summarised and differentiated from the raw tiles, a few instructions an element fewer than step5's base-2 tiles:
+the recorded walk, ``case_497.csv``, predates that). :data:`SOLO` flips one switch
 of step 0 at a time. The variants are named ``case497.<name>`` and built by :func:`prepare` (reverse KL
 from target logits only), behind the ``prepare(...) -> plan`` interface of the measurement harness.
 
