@@ -363,7 +363,8 @@ def weighted_terms(e_x, e_t, x, t, LOSS: tl.constexpr):
 @triton.jit
 def weighted_terms_fused(e_x, e_t, x, t, LOSS: tl.constexpr):
     """:func:`weighted_terms` with the zero taken before the multiply (the weight times 0 where it is 0), so the
-    multiply and the sum's add fuse into one instruction."""
+    multiply and the sum's add fuse into one instruction. (Its own function: as a flag of weighted_terms, with the
+    weight and term picked first, the lagged forward-KL kernel compiled to 34 more instructions a step.)"""
     if LOSS == CE_LOGITS:
         weighted = e_t * tl.where(e_t > 0, x, 0.0)
     elif LOSS == FORWARD_KL:
@@ -539,11 +540,12 @@ def gradient_scales(s_x, s_t, lse_diff2, loss, grad_scale, LOSS: tl.constexpr, F
     """The row scalars of :func:`scaled_gradient` from its combined summary: (q_scale, p_scale, offset), the softmaxes'
     normalisations with grad_scale (grad_output / n_valid) folded in, so that no element is multiplied by it."""
     q_scale = divide(grad_scale, s_x, FAST)
-    p_scale = divide(grad_scale, s_t, FAST)
-    offset = 0.0
     if LOSS == CE_LABELS:
         p_scale = grad_scale  # the one-hot target's weight
-    elif LOSS == REVERSE_KL:
+    else:
+        p_scale = divide(grad_scale, s_t, FAST)
+    offset = 0.0
+    if LOSS == REVERSE_KL:
         offset = q_scale * (lse_diff2 * LN2 + loss)
     return q_scale, p_scale, offset
 

@@ -318,6 +318,9 @@ def split_row_lagged_kernel(
     loss_scale, grad_scale = call_scales(ws_ptr, labels_ptr, mask_ptr, grad_output_ptr, grad_output, n_rows, n_cols,
                                          ignore_index, LOSS, HAS_MASK, GRAD_OUTPUT_IN_MEMORY)
 
+    # The distribution losses' fast math also leaves the second read's outside lanes unfilled and flushes subnormals
+    # in the row's scalars (labels CE measured 0.6% slower with both: logs/ab_code_trees_ftz_2026-11-26.txt).
+    DISTRIBUTION_FAST: tl.constexpr = FAST_MATH and LOSS != CE_LABELS
     behind = LAG_STEPS * n_slots  # rows between the one read from DRAM and the one finished
     row = slot.to(tl.int64)
     cur_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(row, n_rows - 1), ignore_index, LOSS, HAS_MASK)
@@ -372,7 +375,7 @@ def split_row_lagged_kernel(
             old_width = 0 * old_width
         x_old, t_old = load_raw_tiles(logits_ptr + body_offset(old * logits_stride, head_old, PEEL, VEC) + start,
                                       target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start,
-                                      cols, old_width, LOSS, "evict_first", not (FAST_MATH and LOSS != CE_LABELS))
+                                      cols, old_width, LOSS, "evict_first", not DISTRIBUTION_FAST)
         g_old = grad_ptr + body_offset(old * n_cols, head_old, PEEL, VEC) + start
         old_edge = old_valid & (chunk == NUM_CHUNKS - 1) & COMPUTE_GRAD
         ex_old, et_old = edge_tiles(x_old_row, target_ptr + old * target_stride, head_old, body_old, n_cols, old_edge,
@@ -387,9 +390,7 @@ def split_row_lagged_kernel(
             big_m_x, big_s_x, big_m_t, big_s_t, big_acc = combine_partials(
                 all_m_x, all_s_x, all_m_t, all_s_t, all_acc, LOSS
             )
-            # The row's scalars: approximate log2 and division (FAST_MATH), subnormals flushed for the distribution
-            # losses (row_math.log2_of; labels CE measured 0.6% slower with the flush and the unfilled second read).
-            row_fast = FAST_MATH + FAST_MATH * (LOSS != CE_LABELS)
+            row_fast = FAST_MATH + DISTRIBUTION_FAST  # 2: subnormals flushed too (row_math.log2_of)
             loss = row_loss(big_m_x, big_s_x, big_m_t, big_s_t, big_acc, x_label, LOSS, row_fast)
             tl.store(loss_rows_ptr + old, loss * loss_scale, mask=chunk == 0)
             if COMPUTE_GRAD:

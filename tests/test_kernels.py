@@ -643,6 +643,22 @@ def test_lagged_kernel_alternates_halves(loss_index, gen, oracle):
         mask.fill_(True)
 
 
+def _special_tiles(loss_code: int, n: int, seed: int) -> list:
+    """(x, t, name) tiles of fp32 logits and targets: finite; with -inf entries on both sides and, on the side whose
+    probability weighs the loss's sum, -inf entries of the other side's finite values; all -inf; one NaN logit."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen) * 3
+    t = torch.randn(n, generator=gen) * 3
+    x_masked, t_masked = x.clone(), t.clone()
+    x_masked[::7] = float("-inf")
+    t_masked[::7] = float("-inf")
+    (x_masked if loss_code == 3 else t_masked)[3::11] = float("-inf")  # probability 0 on one side only
+    x_nan = x.clone()
+    x_nan[5] = float("nan")
+    return [(x, t, "finite"), (x_masked, t_masked, "-inf entries"),
+            (torch.full((n,), float("-inf")), torch.full((n,), float("-inf")), "all -inf"), (x_nan, t, "NaN")]
+
+
 # The lagged kernel's fast math summarises a chunk from its raw tile (row_math.tile_statistics_raw): the same summary
 # as tile_statistics of the base-2 scaled tile, special values included (-inf entries, a whole -inf tile, NaN).
 @triton.jit
@@ -666,21 +682,8 @@ def _both_summaries(x_ptr, t_ptr, out_ptr, LOSS: tl.constexpr, N: tl.constexpr):
 
 @pytest.mark.parametrize("loss_code", [0, 1, 2, 3], ids=["labels", "ce_logits", "forward_kl", "reverse_kl"])
 def test_raw_tile_statistics_match_scaled_ones(loss_code):
-    gen = torch.Generator().manual_seed(loss_code)
     n = 64
-    cases = []
-    x = torch.randn(n, generator=gen) * 3
-    t = torch.randn(n, generator=gen) * 3
-    cases.append((x, t, "finite"))
-    x_masked, t_masked = x.clone(), t.clone()
-    x_masked[::7] = float("-inf")
-    t_masked[::7] = float("-inf")
-    (x_masked if loss_code == 3 else t_masked)[3::11] = float("-inf")  # probability 0 on one side only
-    cases.append((x_masked, t_masked, "-inf entries"))
-    cases.append((torch.full((n,), float("-inf")), torch.full((n,), float("-inf")), "all -inf"))
-    x_nan = x.clone()
-    x_nan[5] = float("nan")
-    cases.append((x_nan, t, "NaN"))
+    cases = _special_tiles(loss_code, n, seed=loss_code)
     used = 2 if loss_code == 0 else 5  # labels CE's summary is (m_x, s_x)
     for x, t, label in cases:
         out = torch.zeros(10)
@@ -713,22 +716,8 @@ def _both_gradients(x_ptr, t_ptr, out_ptr, grad_scale, label, LOSS: tl.constexpr
 
 @pytest.mark.parametrize("loss_code", [0, 1, 2, 3], ids=["labels", "ce_logits", "forward_kl", "reverse_kl"])
 def test_scaled_gradient_matches_the_base2_form(loss_code):
-    gen = torch.Generator().manual_seed(20 + loss_code)
     n = 64
-    x = torch.randn(n, generator=gen) * 3
-    t = torch.randn(n, generator=gen) * 3
-    cases = [(x, t, "finite")]
-    x_masked, t_masked = x.clone(), t.clone()
-    x_masked[::7] = float("-inf")
-    t_masked[::7] = float("-inf")
-    if loss_code == 3:  # reverse KL: a logit of probability 0 (its target finite)
-        x_masked[3::11] = float("-inf")
-    elif loss_code in (1, 2):  # a target of probability 0 (its logit finite)
-        t_masked[3::11] = float("-inf")
-    cases.append((x_masked, t_masked, "-inf entries"))
-    x_nan = x.clone()
-    x_nan[5] = float("nan")
-    cases.append((x_nan, t, "NaN"))
+    cases = _special_tiles(loss_code, n, seed=20 + loss_code)
     for grad_scale in (1 / 3, -2.5):
         for x_case, t_case, name in cases:
             out = torch.zeros(2 * n)
@@ -736,7 +725,7 @@ def test_scaled_gradient_matches_the_base2_form(loss_code):
             before, after = out[:n], out[n:]
             label = f"{name}, grad_scale {grad_scale}"
             assert torch.equal(torch.isnan(before), torch.isnan(after)), f"{label}: {before} vs {after}"
-            if name != "NaN":
+            if name in ("finite", "-inf entries"):
                 assert bool(torch.isfinite(after).all()), label
             close = torch.isclose(after, before, rtol=1e-5, atol=1e-7) | torch.isnan(after)
             assert bool(close.all()), f"{label}: {after[~close]} vs {before[~close]}"
