@@ -6,7 +6,8 @@ nearest power of two was up to 9x off (4096 x 50257, cross-entropy from logits: 
 right at 65536 columns). So the first call of a *shape class* (loss, target format, dtype, vocab, token count
 rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
 tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel
-at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K; then the two fastest lagged
+at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K, and for cross-entropy from
+labels on 16-byte aligned bf16 rows up to 32K the row kept in registers, at 16 and 8 warps; then the two fastest lagged
 kernels again under register caps: their own count, caps that fit one or two more programs per SM, and the most
 registers one program fewer allows), keeps the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default
 ``~/.cache/fused-loss-kernels``), one JSON file per GPU model, Triton version and version of the kernels' code
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 
 from .problem import Problem
+from .resident_row import resident_fits
 
 CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
 MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a row (see candidates)
@@ -50,7 +52,7 @@ def enabled() -> bool:
 
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
-_SEARCH_SOURCES = ("autotune.py", "fused.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py",
+_SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py",
                    "vocab_parallel.py", "vocab_parallel_exchange.py", "vocab_parallel_search.py")
 
 
@@ -117,6 +119,9 @@ def candidates(problem: Problem, seed) -> list[tuple[str, int, int, dict]]:
         for tile in sorted({row_tile, max(16, row_tile // 2)}, reverse=True):
             warps = max(4, min(32, tile // 1024))
             found.append(("split_row", tile, warps, {"split": False}))
+    if resident_fits(problem):  # labels CE, bf16, aligned rows up to 32K: the row read once, kept in registers
+        for warps in (16, 8):
+            found.append(("fused", row_tile, warps, {"resident": True}))
     for chunk, warps in ((4096, 4), (8192, 4), (2048, 4), (8192, 8)):  # split rows, lagged exchange
         # at most 64 chunks a row (Triton 3.6's compiler failed on 75 chunks of 2048 columns)
         if chunk < n_cols and math.ceil(n_cols / chunk) <= MAX_CHUNKS:

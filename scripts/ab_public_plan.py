@@ -61,7 +61,7 @@ def compare(cells, make_calls, describe, rounds: int) -> None:
                   flush=True)
             worst = max(worst, error)
         line, medians = alternate(calls, rounds)
-        first, second = calls
+        first, second = list(calls)[:2]
         print(f"{loss}/{fmt} {tokens}x{vocab}: {line} | {first}/{second} {medians[first] / medians[second]:.3f}",
               flush=True)
         del x, t, calls

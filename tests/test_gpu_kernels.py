@@ -280,6 +280,36 @@ def test_label_positions(vocab, spec):
         assert rel_err(at_label, ref_at_label) <= TOL, f"{label}: the gradient at the labels"
 
 
+# The resident row (labels CE, the row kept in registers as pairs of bf16 logits, kernels.resident_row): every warp
+# count the search may time, rows of a power-of-two width and not, labels on both halves of a word and at the
+# row's ends (written again after the barrier), ignored rows, grad_output negative (the packed sign bits) or zero.
+@pytest.mark.parametrize("num_warps", [8, 16, 32])
+@pytest.mark.parametrize("vocab", [32000, 32768, 4104])
+def test_resident_rows(vocab, num_warps):
+    problem = get_problem(1000, vocab, 0)
+    plan = kernels.prepare(problem.logits, problem.target, variant="fused", resident=True, num_warps=num_warps,
+                           **problem.options())
+    assert plan.launches[0].name == "fused.resident" and plan.config["resident"]
+    check_against_reference(problem, plan.run(), f"1000x{vocab} labels CE resident {num_warps} warps")
+    n_rows = 64
+    logits = problem.logits[:n_rows]
+    edges = [0, 1, 2, 3, vocab // 2, vocab // 2 + 1, vocab - 2, vocab - 1]
+    labels = torch.tensor([edges[row % len(edges)] for row in range(n_rows)], device="cuda")
+    for grad_output in (-0.37, 0.0):
+        loss, grad = kernels.entropy_loss_forward_backward(logits, labels, variant="fused", resident=True,
+                                                           num_warps=num_warps, grad_output=grad_output)
+        ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, labels, loss="cross_entropy",
+                                                                     target_format="labels", grad_output=grad_output)
+        label = f"{n_rows}x{vocab} labels CE resident {num_warps} warps, grad_output {grad_output}"
+        assert abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()) <= TOL, label
+        if grad_output:
+            assert rel_err(grad, ref_grad) <= TOL, label
+            at_label = grad.double().gather(1, labels[:, None])
+            assert rel_err(at_label, ref_grad.gather(1, labels[:, None])) <= TOL, f"{label}: at the labels"
+        else:
+            assert torch.count_nonzero(grad) == 0, label
+
+
 # The lagged kernel where the chunk count does not divide the resident programs (38 chunks of 4096 at 151936
 # columns, 49 at 200064: a few resident slots stay idle), a call with fewer rows than slots (7 rows), and one whose
 # last step leaves most slots without a row (1000 rows), and a row's summaries over 64 lanes partly used or (64 chunks

@@ -21,6 +21,7 @@ import triton.language as tl
 
 import kernels
 from kernels import reference
+from kernels.resident_row import high_half, low_half, pair_max
 from kernels.row_math import (base2, gradient_from_summary, gradient_scales, lse_difference, row_loss, scaled_gradient,
                               tile_statistics, tile_statistics_raw)
 
@@ -746,3 +747,92 @@ def test_reference_loss_in_blocks_matches_the_whole_mean(loss_index):
     whole = float(reference.entropy_loss(x, t, loss=loss, target_format=fmt))
     blocks = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt, rows_per_block=5)
     assert blocks == pytest.approx(whole, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# The resident row (fused, resident=True): labels CE with the row kept as pairs of bf16 logits
+# --------------------------------------------------------------------------------------------
+
+# (vocab, num_warps, grad_output): one word a thread and many, a row narrower than its power of two (padding words),
+# grad_output negative (the packed sign bits), zero, and a 0-d tensor
+RESIDENT_CASES = [(8, 1, 1.0), (1000, 4, -0.5), (1000, 2, 0.0), (4104, 8, "tensor"), (64, 1, 1.0)]
+
+
+@pytest.mark.parametrize("vocab, num_warps, grad_output", RESIDENT_CASES)
+def test_resident_row_matches_torch(vocab, num_warps, grad_output, gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (9, vocab), torch.bfloat16, "labels")
+    # both halves of a word and the row's ends (written again after the barrier), an ignored row
+    labels[:6] = torch.tensor([0, 1, vocab - 2, vocab - 1, vocab // 2, vocab // 2 + 1])
+    labels[7] = -100
+    given = torch.tensor(0.37) if grad_output == "tensor" else grad_output
+    value = 0.37 if grad_output == "tensor" else grad_output
+    plan = kernels.prepare(logits, labels, variant="fused", resident=True, num_warps=num_warps, grad_output=given)
+    assert plan.launches[0].name == "fused.resident" and plan.config["resident"]
+    result = plan.run()
+    oracle.check(logits, labels, result, grad_output=value, label=f"resident {vocab} {num_warps}")
+    assert torch.count_nonzero(result[1][7]) == 0
+    if value == 0.0:
+        assert torch.count_nonzero(result[1]) == 0
+
+
+def test_resident_row_with_mask_and_batch_dims(gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (2, 3, 200), torch.bfloat16, "labels")
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    result = run(logits, labels, "cross_entropy", "labels", "fused", resident=True, num_warps=2, loss_mask=mask)
+    oracle.check(logits, labels, result, loss_mask=mask, label="resident masked")
+    assert result[1].shape == logits.shape and torch.count_nonzero(result[1][~mask]) == 0
+
+
+@triton.jit
+def _word_halves_kernel(words_ptr, low_ptr, high_ptr, max_ptr, N: tl.constexpr):
+    lanes = tl.arange(0, N)
+    words = tl.load(words_ptr + lanes)
+    tl.store(low_ptr + lanes, low_half(words))
+    tl.store(high_ptr + lanes, high_half(words))
+    tl.store(max_ptr + lanes, pair_max(words, tl.flip(words, 0)))
+
+
+def test_resident_row_pairs_round_like_torch():
+    """A word's halves are its two bf16 logits in order; the packed max takes each half's larger one."""
+    values = torch.tensor([1.5, -2.0, float("-inf"), 3.25, 0.0, -0.0, 1e-3, 65504.0], dtype=torch.bfloat16)
+    words = values.view(torch.int32)
+    low, high, larger = torch.empty(4), torch.empty(4), torch.empty(4, dtype=torch.int32)
+    _word_halves_kernel[(1,)](words, low, high, larger, N=4)
+    assert torch.equal(low, values[0::2].float()) and torch.equal(high, values[1::2].float())
+    expected = torch.maximum(values.view(4, 2), values.view(4, 2).flip(0)).reshape(-1)
+    assert torch.equal(larger.view(torch.bfloat16), expected)
+
+
+def test_resident_row_refuses_what_it_cannot_take(gen, oracle):
+    logits, labels = oracle.make_inputs(gen, (3, 1000), torch.bfloat16, "labels")
+    refusals = {
+        "bf16 logits only": (logits.float(), labels, {}),
+        "cross-entropy from labels only": (logits, logits, {"target_format": "logits"}),
+        "16-byte aligned": (oracle.make_inputs(gen, (3, 1004), torch.bfloat16, "labels")[0][:, :1000], labels, {}),
+        "vocab 1002": (oracle.make_inputs(gen, (3, 1002), torch.bfloat16, "labels")[0], labels, {}),
+        "at most 32768 columns": (torch.zeros(1, 32776, dtype=torch.bfloat16), labels[:1], {}),
+        "block_size 512 < vocab": (logits, labels, {"block_size": 512}),
+        "nothing to keep": (logits, labels, {"keep_last": True}),
+    }
+    for message, (x, t, options) in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            kernels.prepare(x, t, variant="fused", resident=True, **options)
+    with pytest.raises(TypeError, match="resident must be True or False"):
+        kernels.prepare(logits, labels, variant="fused", resident=1)
+
+
+def test_auto_leaves_a_resident_choice_on_rows_it_cannot_take(gen, oracle, monkeypatch):
+    """A first-call choice holds for a shape class; rows of that class at a misaligned offset take split_row."""
+    import kernels.planning as planning
+    from kernels.auto import Choice
+
+    def choose(problem, planners, *, variant="auto", **_options):
+        return Choice("fused", 1024, 2, {"resident": True}) if variant == "auto" else Choice("split_row", None, None)
+
+    monkeypatch.setattr(planning, "choose_config", choose)
+    logits, labels = oracle.make_inputs(gen, (3, 1004), torch.bfloat16, "labels")
+    aligned = kernels.prepare(logits[:, :1000].contiguous(), labels % 1000, variant="auto")
+    assert aligned.config.get("resident") is True
+    unaligned = kernels.prepare(logits[:, :1000], labels % 1000, variant="auto")
+    assert unaligned.variant == "split_row"
+    oracle.check(logits[:, :1000], labels % 1000, unaligned.run(), label="auto, unaligned rows")
