@@ -26,7 +26,7 @@ def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=la
     candidates whose index ``take`` accepts, each with its twins."""
     x = torch.randn(ROWS, vocab, device="cuda").to(dtype)
     t = torch.randint(0, vocab, (ROWS,), device="cuda") if fmt == "labels" else torch.randn_like(x)
-    problem = build_problem(x, t, loss=loss, target_format=fmt, grad_output=None, ignore_index=-100, loss_mask=None)
+    problem = build_problem(x, t, loss=loss, target_format=fmt, grad_output=1.0, ignore_index=-100, loss_mask=None)
     seed = auto.table_entry(problem)
     for index, (variant, block, warps, options) in enumerate(autotune.candidates(problem, seed)):
         if not take(index):
