@@ -46,7 +46,8 @@ def prepare(
     kernel-only number; users call :func:`entropy_loss_forward_backward` or :func:`entropy_loss`). Variant
     options: two_pass takes stats_/grad_ block_size and num_warps; split_row takes ``split``, ``cooperative``,
     ``schedule``, ``maxnreg``, ``keep_last``, ``prefetch``, ``read_ahead`` and ``fast_math`` (see
-    :func:`kernels.split_row.plan_split_row`).
+    :func:`kernels.split_row.plan_split_row`); fused takes ``keep_last`` and ``resident`` (see
+    :func:`kernels.fused.plan_fused`).
     ``auto`` and ``split_row`` called without block_size, num_warps and options
     take their configuration from the GPU's tuning table (``kernels.auto``). ``group``: see
     :func:`entropy_loss_forward_backward` (a :class:`kernels.vocab_parallel.VocabParallelPlan`; collective).
