@@ -52,8 +52,9 @@ def enabled() -> bool:
 
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
-_SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py", "problem.py", "auto.py",
-                   "vocab_parallel.py", "vocab_parallel_exchange.py", "vocab_parallel_search.py")
+_SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py",
+                   "problem.py", "auto.py", "vocab_parallel.py", "vocab_parallel_exchange.py",
+                   "vocab_parallel_search.py")
 
 
 def code_stamp() -> str:

@@ -6,8 +6,9 @@ spilled. Here a program loads its row as int32 words, two bf16 logits each (at 3
 32 registers a thread), and never converts the tile as a whole: the max, the sum of exponentials and the gradient
 each widen a word's halves on the fly (a shift for the low half, a mask for the high one), and the gradient's
 halves go back into one word (``cvt.rn.bf16x2.f32``, round to nearest even like
-``Tensor.to``). DRAM traffic is the minimum, one read and one write per element, and nothing is read twice: what
-quack's single kernel does with its row in registers (Dao-AILab/quack, ``quack/cross_entropy.py``).
+``Tensor.to``). DRAM traffic is the minimum, one read and one write per element, and nothing is read twice, as in
+quack's kernel (Dao-AILab/quack, ``quack/cross_entropy.py``: at 32K columns a cluster of two CTAs, each holding half
+the row in registers and exchanging the row's max and sum through distributed shared memory).
 
 Only for bf16 rows whose words are 16-byte aligned (:func:`resident_fits`): base, row stride and vocab multiples of 8
 elements, the row at most ``MAX_RESIDENT_COLS`` wide.
@@ -70,8 +71,9 @@ PAIR_MAX_ASM = tl.constexpr("max.bf16x2 $0, $1, $2;")
 def pair_exponential_sum(words, shift):
     """exp2(low * log2(e) - shift) + exp2(high * log2(e) - shift) of each word."""
     if GPU_APPROXIMATIONS:
-        return tl.inline_asm_elementwise(
-            EXPONENTIAL_SUM_ASM, "=r,r,r", [words, -shift + tl.zeros_like(words).to(tl.float32)], dtype=tl.float32, is_pure=True, pack=1)
+        return tl.inline_asm_elementwise(EXPONENTIAL_SUM_ASM, "=r,r,r",
+                                         [words, tl.zeros_like(words).to(tl.float32) - shift], dtype=tl.float32,
+                                         is_pure=True, pack=1)
     else:
         return tl.exp2(low_half(words) * LOG2E - shift) + tl.exp2(high_half(words) * LOG2E - shift)
 
