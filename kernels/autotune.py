@@ -81,11 +81,12 @@ def cache_file(gpu_name: str) -> Path:
 
 
 def shape_class(problem: Problem) -> str:
-    """What a choice is valid for: the vocab exactly (chunking depends on it), tokens up to the next power of two."""
+    """What a choice is valid for: the vocab exactly (chunking depends on it), tokens up to the next power of two, and
+    whether the rows are 16-byte aligned (a view at an odd offset is peeled, and the resident row cannot take it)."""
     tokens = 1 << max(9, math.ceil(math.log2(max(problem.n_rows, 1))))
     dtype = str(problem.logits.dtype).removeprefix("torch.")
     return (f"{problem.loss}/{problem.target_format}/{dtype}/vocab={problem.n_cols}/tokens<={tokens}"
-            f"/mask={problem.mask is not None}/grad={problem.compute_grad}")
+            f"/mask={problem.mask is not None}/grad={problem.compute_grad}/aligned={problem.rows_aligned()}")
 
 
 def read_cache(path: Path) -> dict:

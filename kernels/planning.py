@@ -6,7 +6,6 @@ from .auto import choose_config
 from .fused import plan_fused
 from .launch import Plan
 from .prologue import prologue_launch
-from .resident_row import resident_fits
 from .split_row import plan_split_row
 from .two_pass import plan_two_pass
 
@@ -21,12 +20,6 @@ def plan_problem(problem, variant: str, block_size, num_warps, variant_options: 
         variant, block_size, num_warps, variant_options = (
             choice.variant, choice.block_size, choice.num_warps, choice.options
         )
-        if variant_options.get("resident") and not resident_fits(problem):
-            # A choice for the shape class, searched on aligned rows; these are not (a view at an odd offset)
-            choice = choose_config(problem, PLANNERS, variant="split_row")
-            variant, block_size, num_warps, variant_options = (
-                choice.variant, choice.block_size, choice.num_warps, choice.options
-            )
     planner = PLANNERS[variant]
     try:
         plan = planner(problem, block_size, num_warps, **variant_options)

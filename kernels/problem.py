@@ -99,6 +99,13 @@ class Problem:
                      grad_output=float(self.grad_output) if self.grad_output is not None else 0.0),
                 dict(GRAD_OUTPUT_IN_MEMORY=grad_tensor is not None))
 
+    def rows_aligned(self) -> bool:
+        """Whether every row of logits, target and gradient starts on a 16-byte boundary (bases, row strides and the
+        gradient's rows, ``n_cols`` wide): what 16-byte loads of whole rows need, and part of a search's shape class."""
+        tensors = [self.logits] + ([self.target] if self.target is not None else [])
+        return (all(t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
+                and self.n_cols * self.logits.element_size() % 16 == 0)
+
     def peel_constexprs(self) -> dict:
         """PEEL/VEC for kernels that split rows into a 16-byte body and a scalar head/tail (row_math.row_peel):
         on when Triton cannot prove 16-byte alignment itself (n_cols or a row stride not a multiple of 16) and every

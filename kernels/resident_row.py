@@ -182,7 +182,7 @@ def resident_misfit(problem: Problem) -> str | None:
         return f"it reads bf16 logits only, got {logits.dtype}"
     if problem.n_cols > MAX_RESIDENT_COLS:
         return f"rows of at most {MAX_RESIDENT_COLS} columns fit in its registers, got {problem.n_cols}"
-    if problem.n_cols % 8 or logits.stride(0) % 8 or logits.data_ptr() % 16:
+    if not problem.rows_aligned():
         return ("its rows must be 16-byte aligned (vocab and row stride multiples of 8 elements, a 16-byte aligned "
                 f"base); got vocab {problem.n_cols}, stride {logits.stride(0)}, base offset {logits.data_ptr() % 16}")
     return None
@@ -203,14 +203,12 @@ def resident_launch(problem: Problem, num_warps: int, workspace, loss, grad) -> 
         raise ValueError(f"fused(resident=True) cannot run this problem: {misfit}")
     scale_args, scale_constexprs = problem.scale_args()
     args = problem.loss_args(workspace, loss, grad)
+    del args["target_ptr"], args["target_stride"]  # labels: no target logits
     return Launch(
         name="fused.resident",
         fn=resident_row_kernel,
         grid=(problem.n_rows,),
-        args=dict(logits_ptr=args["logits_ptr"], labels_ptr=args["labels_ptr"], mask_ptr=args["mask_ptr"],
-                  grad_ptr=args["grad_ptr"], ws_ptr=workspace, loss_ptr=loss, n_rows=problem.n_rows,
-                  n_cols=problem.n_cols, n_words=problem.n_cols // 2, logits_stride=args["logits_stride"],
-                  ignore_index=problem.ignore_index, **scale_args),
+        args=dict(args, n_words=problem.n_cols // 2, **scale_args),
         constexprs=dict(HAS_MASK=problem.mask is not None, COMPUTE_GRAD=problem.compute_grad, **scale_constexprs,
                         WORDS=next_power_of_2(problem.n_cols // 2)),
         num_warps=num_warps,

@@ -45,7 +45,7 @@ def cell(spec: str):
 
 
 def compare(cells, make_calls, describe, rounds: int) -> None:
-    """For each cell, seeded bf16 inputs; ``make_calls(x, t, loss, fmt)``: two named calls returning (loss, grad), each
+    """For each cell, seeded bf16 inputs; ``make_calls(x, t, loss, fmt)``: named calls returning (loss, grad), each
     checked against float64 (``describe(name, x, t, loss, fmt)`` says what it ran) and then alternated; prints the
     times and the first call's median over the second's. Exits non-zero when an error passes bf16's 1e-2."""
     worst = 0.0

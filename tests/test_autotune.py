@@ -27,6 +27,18 @@ def test_shape_class_keys_vocab_exactly_and_tokens_by_power_of_two():
     assert autotune.shape_class(problem(mask=True)) != autotune.shape_class(problem())
 
 
+def test_unaligned_rows_are_a_shape_class_of_their_own_without_the_resident_row():
+    """A choice searched on aligned rows is never applied to a view at an odd offset (peeled; no resident row)."""
+    wide = problem(n_cols=32008)
+    aligned, unaligned = (build_problem(logits, torch.zeros(100, dtype=torch.long), loss="cross_entropy",
+                                        target_format="labels", grad_output=1.0, ignore_index=-100, loss_mask=None)
+                          for logits in (wide.logits[:, :32000].contiguous(), wide.logits[:, 1:32001]))
+    assert aligned.rows_aligned() and not unaligned.rows_aligned()
+    assert autotune.shape_class(aligned) != autotune.shape_class(unaligned)
+    assert ("fused", 32768, 16, {"resident": True}) in autotune.candidates(aligned, None)
+    assert not any(options.get("resident") for *_, options in autotune.candidates(unaligned, None))
+
+
 def test_candidates_start_with_the_seed_and_stay_within_limits():
     seed = Choice("split_row", 8192, 4, {}, source="tuning table")
     found = autotune.candidates(problem(n_cols=151936), seed)

@@ -819,20 +819,3 @@ def test_resident_row_refuses_what_it_cannot_take(gen, oracle):
             kernels.prepare(x, t, variant="fused", resident=True, **options)
     with pytest.raises(TypeError, match="resident must be True or False"):
         kernels.prepare(logits, labels, variant="fused", resident=1)
-
-
-def test_auto_leaves_a_resident_choice_on_rows_it_cannot_take(gen, oracle, monkeypatch):
-    """A first-call choice holds for a shape class; rows of that class at a misaligned offset take split_row."""
-    import kernels.planning as planning
-    from kernels.auto import Choice
-
-    def choose(problem, planners, *, variant="auto", **_options):
-        return Choice("fused", 1024, 2, {"resident": True}) if variant == "auto" else Choice("split_row", None, None)
-
-    monkeypatch.setattr(planning, "choose_config", choose)
-    logits, labels = oracle.make_inputs(gen, (3, 1004), torch.bfloat16, "labels")
-    aligned = kernels.prepare(logits[:, :1000].contiguous(), labels % 1000, variant="auto")
-    assert aligned.config.get("resident") is True
-    unaligned = kernels.prepare(logits[:, :1000], labels % 1000, variant="auto")
-    assert unaligned.variant == "split_row"
-    oracle.check(logits[:, :1000], labels % 1000, unaligned.run(), label="auto, unaligned rows")
