@@ -18,6 +18,7 @@ import json
 import torch
 
 from . import ops, vocab_parallel
+from .autograd import gradient_for, keep_for_backward
 from .launch import Plan
 from .planning import VARIANTS, plan_problem
 from .problem import build_problem, check_block_size, check_num_warps
@@ -179,7 +180,8 @@ def entropy_loss_forward_backward(
 
 class _EntropyLoss(torch.autograd.Function):
     """Forward computes the loss and, when logits require grad, the gradient for grad_output = 1 in the same
-    kernel; backward scales it by the incoming gradient in place (a launch that does nothing when that is 1)."""
+    kernel; backward hands that gradient out once, scaled in place by the incoming gradient, and recomputes it for
+    a second use of the graph (:mod:`kernels.autograd`)."""
 
     @staticmethod
     def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size, num_warps,
@@ -188,18 +190,16 @@ class _EntropyLoss(torch.autograd.Function):
         result, grad = ops.call_forward_backward(logits, target, loss_mask, None, 1.0, compute_grad, loss,
                                                  target_format, ignore_index, variant, block_size, num_warps, options,
                                                  validate)
-        ctx.save_for_backward(grad)
+        keep_for_backward(ctx, grad, logits, target, loss_mask)
+        ctx.options = (loss, target_format, ignore_index, variant, block_size, num_warps, options, validate)
         return result
 
     @staticmethod
     def backward(ctx, grad_loss):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # backward(create_graph=True)
-            raise RuntimeError("kernels.entropy_loss has no second derivative (its backward is a precomputed "
-                               "gradient): double backward / create_graph=True through it is not supported; use "
-                               "kernels.reference.entropy_loss for higher-order gradients")
-        (grad,) = ctx.saved_tensors
-        ops.call_scale_gradient_(grad, grad_loss)
-        return (grad,) + (None,) * 10
+        def recompute(logits, target, loss_mask, grad_output):
+            return ops.call_forward_backward(logits, target, loss_mask, grad_output, 0.0, True, *ctx.options)[1]
+
+        return (gradient_for(ctx, grad_loss, recompute, "kernels.entropy_loss"),) + (None,) * 10
 
 
 def entropy_loss(

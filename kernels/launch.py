@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 
 def interpreting() -> bool:
     """Whether Triton kernels run under the interpreter (``TRITON_INTERPRET=1``: one program at a time, on CPU
@@ -34,6 +36,17 @@ def debug_compile_options(fn: Any) -> dict[str, Any]:
     """Compile options of a kernel jitted with debug=True (to keep a ``device_assert``): no integer-overflow checks,
     which Triton adds to every int32 add, sub and mul in debug mode and the loss kernels must not pay."""
     return {"sanitize_overflow": False} if getattr(fn, "debug", None) and _HAS_SANITIZE_OVERFLOW else {}
+
+
+def check_on_gpu(args: dict[str, Any]) -> None:
+    """A compiled launch needs CUDA tensors: say so (Triton alone says "0 active drivers") and what to do."""
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            raise RuntimeError(
+                f"the tensors are on the CPU (the kernel argument {name!r} is), but the loss kernels are compiled for a CUDA GPU: move the "
+                "logits and target to a CUDA device (logits.cuda()), or set TRITON_INTERPRET=1 in the environment "
+                "before importing kernels to run them on the CPU under Triton's interpreter (a slow reference path, "
+                "for tests and small shapes)")
 
 
 @dataclass
@@ -60,6 +73,8 @@ class Launch:
         return options
 
     def __call__(self) -> Any:
+        if self.compiled is None and not interpreting():  # a first launch: a clear error for CPU tensors
+            check_on_gpu(self.args)
         result = self.fn[self.grid](**self.args, **self.constexprs, **self.options)
         if result is not None and hasattr(result, "metadata"):
             self.compiled = result

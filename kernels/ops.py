@@ -115,7 +115,8 @@ def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
         return
     if not grad.is_contiguous():
         raise ValueError("scale_gradient_ needs a contiguous gradient (kernels' gradients are)")
-    scale = scale.reshape(())
+    if scale.dim():  # a backward's incoming gradient of a 0-d loss is 0-d already: no view made per call
+        scale = scale.reshape(())
     key = (grad.numel(), grad.dtype, grad.device, grad.data_ptr() % 16 == 0, scale.dtype, scale.device,
            scale.data_ptr() % 16 == 0)
     direct = _SCALE_LAUNCHES.get(key, None)

@@ -32,8 +32,16 @@ call (one ``all_gather_object``: shapes, dtypes, loss, options, a ValueError nam
 launches; later calls fill a stored template (:mod:`kernels.dispatch`), launch the compiled kernels directly, and
 nothing in them synchronizes with the host. The first call must not be inside a CUDA-graph capture (it compiles,
 allocates symmetric memory and talks to the peers); later calls can be captured. All calls of one group must come
-from one stream per rank (like NCCL's). ``validate=True`` also checks on the host, each call, that labels lie in
-[0, V) and that labels and loss_mask are the same on every rank (a ValueError on every rank, two collectives).
+from one stream per rank (like NCCL's). ``validate=True`` also checks on the host, each call, that every rank makes
+the same call, that labels lie in [0, V) and that labels, loss_mask and grad_output are the same on every rank (a
+ValueError on every rank; a few collectives and a sync).
+
+What a default call does not catch: once a call is cached on a rank it is not checked across the ranks again (that
+would take host communication every call). A rank whose call differs from its cached peers' (another
+ignore_index, say) makes a first call that the others do not join: under gloo the collectives no longer match and
+the process group fails; under NCCL it waits for its process-group timeout. Differing labels, loss_mask or
+grad_output values in cached calls give a wrong loss (a row two ranks count differently gives NaN). Call with
+``validate=True`` while a training set-up is new, or whenever ranks may disagree.
 
 torch.compile: the calls go through the operator ``torch.ops.fused_loss.vocab_parallel_forward_backward`` (the
 group travels by name); its collectives run inside the operator, which graphs hold as one opaque call.
@@ -53,6 +61,7 @@ import torch.distributed as dist
 import triton
 
 from . import ops, vocab_parallel_search
+from .autograd import gradient_for, keep_for_backward
 from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
                        direct_launch)
 from .launch import Launch, interpreting
@@ -163,8 +172,8 @@ def check_same_call(vp: VocabParallelProblem, signature: dict) -> set[str]:
 
 
 def check_labels_and_mask(vp: VocabParallelProblem) -> None:
-    """validate=True: labels in [0, V) or ignore_index, and labels and loss_mask identical on every rank. Two
-    collectives and a sync; the same ValueError on every rank."""
+    """validate=True: labels in [0, V) or ignore_index, and labels, loss_mask and grad_output identical on every rank.
+    Two collectives and a sync; the same ValueError on every rank."""
     problem = vp.problem
     device = problem.logits.device
     local = []
@@ -176,22 +185,26 @@ def check_labels_and_mask(vp: VocabParallelProblem) -> None:
         bad = torch.zeros(problem.n_rows, dtype=torch.bool, device=device)
     if problem.mask is not None:
         local.append(("loss_mask", problem.mask.long()))
-    flags = torch.tensor([float(bad.sum()), 0.0, 0.0], device=device)
+    if problem.compute_grad:  # the number or the tensor's value, as float64 (a NaN grad_output differs from itself)
+        value = (problem.grad_output_tensor.double() if problem.grad_output_tensor is not None
+                 else torch.tensor(problem.grad_output, dtype=torch.float64, device=device))
+        local.append(("grad_output", value.reshape(1)))
+    flags = torch.zeros(1 + len(local), device=device)
+    flags[0] = bad.sum()
     for index, (name, values) in enumerate(local):
         gathered = torch.empty(vp.world_size * values.numel(), dtype=values.dtype, device=device)
         all_gather_into(gathered, values.contiguous(), vp.group)
         rows = gathered.view(vp.world_size, -1)
         flags[1 + index] = (rows != rows[:1]).any().float()
     dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=vp.group)
-    count, labels_differ, mask_differs = (float(value) for value in flags.tolist())
+    count, *differ = (float(value) for value in flags.tolist())
     if count:
         raise ValueError(f"target (labels) must lie in [0, {vp.vocab}) (the whole vocabulary, tp * V_local) or equal "
                          f"ignore_index={problem.ignore_index}; a rank holds {int(count)} that do not")
-    names = [name for name, _ in local]
-    differing = [name for name, flag in zip(names, (labels_differ, mask_differs)) if flag]
+    differing = [name for (name, _), flag in zip(local, differ) if flag]
     if differing:
         raise ValueError(f"{' and '.join(differing)} differ between the ranks of the group: every rank must pass the "
-                         "same labels and loss_mask (only the logits are split over the vocabulary)")
+                         "same labels, loss_mask and grad_output (only the logits are split over the vocabulary)")
 
 
 def all_gather_into(output: torch.Tensor, tensor: torch.Tensor, group) -> None:
@@ -486,10 +499,11 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
     template = TEMPLATES.get(key)
     grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
     if template:
-        if validate:
-            check_labels_and_mask(build_vocab_parallel_problem(
-                logits, target, group=group, loss=loss, target_format=target_format, grad_output=grad_value,
-                ignore_index=ignore_index, loss_mask=loss_mask))
+        if validate:  # the same checks as a first call's (prepare), so every rank runs the same collectives
+            vp = build_vocab_parallel_problem(logits, target, group=group, loss=loss, target_format=target_format,
+                                              grad_output=grad_value, ignore_index=ignore_index, loss_mask=loss_mask)
+            agree_on_call(vp, tp_design, block_size, num_warps, json.loads(options) if options else {}, again=True)
+            check_labels_and_mask(vp)
         tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
         result, grad = template.run(*tensors, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
@@ -508,6 +522,21 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
     return result, (grad if grad is not None else logits.new_empty(0))
 
 
+def agree_on_call(vp: VocabParallelProblem, tp_design: str, block_size, num_warps, options: dict, *,
+                  again: bool) -> set[str]:
+    """Check that every rank makes this call (collective; a ValueError on every rank naming what differs), once per
+    call signature, or ``again`` (validate=True: every call, so that a rank whose call is cached and one whose call is
+    new still run the same collectives). Returns the ranks' host names."""
+    config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
+    signature = call_signature(vp, tp_design, config)
+    agreed = (vp.group.group_name, json.dumps(signature, sort_keys=True, default=str))
+    hosts = None if again else _HOSTS.get(agreed, None)
+    if hosts is None:
+        hosts = check_same_call(vp, signature)
+        _HOSTS.put(agreed, hosts)
+    return hosts
+
+
 def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format: str = "labels",
             tp_design: str = "auto", block_size=None, num_warps=None, grad_output=1.0, ignore_index: int = -100,
             loss_mask=None, validate: bool = False, **options) -> VocabParallelPlan:
@@ -517,13 +546,7 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     _check_design(tp_design)
     vp = build_vocab_parallel_problem(logits, target, group=group, loss=loss, target_format=target_format,
                                       grad_output=grad_output, ignore_index=ignore_index, loss_mask=loss_mask)
-    config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
-    signature = call_signature(vp, tp_design, config)
-    agreed = (group.group_name, json.dumps(signature, sort_keys=True, default=str))
-    hosts = _HOSTS.get(agreed, None)
-    if hosts is None:
-        hosts = check_same_call(vp, signature)
-        _HOSTS.put(agreed, hosts)
+    hosts = agree_on_call(vp, tp_design, block_size, num_warps, options, again=validate)
     if validate:
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, hosts)
@@ -603,8 +626,8 @@ def check_call(group, variant, tp_design) -> None:
 
 
 class _VocabParallelLoss(torch.autograd.Function):
-    """Like kernels.api's autograd function: the gradient for grad_output = 1 comes with the forward; backward
-    scales it in place by the incoming gradient."""
+    """Like kernels.api's autograd function (:mod:`kernels.autograd`): the gradient for grad_output = 1 comes with
+    the forward and is handed out once; a second use of the graph recomputes it (collective, like the forward)."""
 
     @staticmethod
     def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
@@ -612,17 +635,16 @@ class _VocabParallelLoss(torch.autograd.Function):
         compute_grad = ctx.needs_input_grad[0]
         result, grad = call(logits, target, loss_mask, None, 1.0, compute_grad, loss, target_format, ignore_index,
                             tp_design, group, block_size, num_warps, options, validate)
-        ctx.save_for_backward(grad)
+        keep_for_backward(ctx, grad, logits, target, loss_mask)
+        ctx.options = (loss, target_format, ignore_index, tp_design, group, block_size, num_warps, options, validate)
         return result
 
     @staticmethod
     def backward(ctx, grad_loss):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            raise RuntimeError("kernels.entropy_loss(group=...) has no second derivative: double backward / "
-                               "create_graph=True through it is not supported")
-        (grad,) = ctx.saved_tensors
-        ops.call_scale_gradient_(grad, grad_loss)
-        return (grad,) + (None,) * 11
+        def recompute(logits, target, loss_mask, grad_output):
+            return call(logits, target, loss_mask, grad_output, 0.0, True, *ctx.options)[1]
+
+        return (gradient_for(ctx, grad_loss, recompute, "kernels.entropy_loss(group=...)"),) + (None,) * 11
 
 
 def entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,

@@ -59,7 +59,7 @@ PY
     # (CPU-bound, 16 cores) and the tests time nothing; one process at a time takes > 500 s cold, 8 take ~2 minutes.
     # Each shard has its own tuning cache (no two processes writing one file); ${OUT:-/tmp}/gpu_tests_shard_*.txt
     shards="${GPU_TEST_SHARDS:-8}" logs="${OUT:-/tmp}"
-    python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_gpu_kernels.py tests/test_gpu_operators.py \
+    python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_gpu_kernels.py tests/test_gpu_operators.py tests/test_training.py \
       tests/test_gpu_vocab_sweep.py 2>/dev/null | grep '::' > /tmp/gpu_test_ids
     for s in $(seq 0 $((shards - 1))); do
       awk -v s="$s" -v n="$shards" 'NR % n == s' /tmp/gpu_test_ids > "/tmp/gpu_test_ids_$s"

@@ -51,6 +51,8 @@ def _cases() -> list[dict]:
             cases.append(dict(base, name=f"{loss}-{fmt}-{design}-batch", shape=(2, 3), grad_output=0.5))
             cases.append(dict(base, name=f"{loss}-{fmt}-{design}-mask", shape=(6,), mask=True, grad_output="tensor"))
             cases.append(dict(base, name=f"{loss}-{fmt}-{design}-autograd", shape=(5,), autograd=True))
+            cases.append(dict(base, name=f"{loss}-{fmt}-{design}-backward_twice", shape=(3,), autograd=True,
+                              backward_twice=True))
     cases.append(dict(name="reverse_kl-logits-symmetric-bf16", loss="reverse_kl", fmt="logits", design="symmetric",
                       shape=(4,), dtype=torch.bfloat16, grad_output=1.0))
     cases.append(dict(name="cross_entropy-labels-all_gather-forward_only", loss="cross_entropy", fmt="labels",
@@ -76,7 +78,8 @@ def _cases() -> list[dict]:
 
 
 CASES = _cases()
-ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "mask_differs") + (
+ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "mask_differs",
+               "grad_output_differs", "ignore_index_differs_after_a_cached_call", "bad_row_reverse_kl") + (
     () if ON_GPUS else ("peer_never_calls",))
 
 
@@ -154,7 +157,14 @@ def _run_case(case: dict, rank: int, group, device) -> dict:
         def step(loss_fn, x, t):
             x = x.clone().requires_grad_(True)
             value = loss_fn(x, t)
-            (value * scale).backward()
+            if case.get("backward_twice"):  # a second use of the graph recomputes the gradient (collective)
+                (first,) = torch.autograd.grad(value * scale, x, retain_graph=True)
+                kept = first.clone()
+                (value * (scale - 1)).backward()
+                assert torch.equal(first, kept), "a returned gradient changed"
+                x.grad += first
+            else:
+                (value * scale).backward()
             return value.detach(), x.grad
 
         def tp_loss(x, t):
@@ -207,6 +217,21 @@ def _error_case(name: str, rank: int, group, device) -> str:
             loss, _ = kernels.entropy_loss_forward_backward(logits, labels, group=group, tp_design="all_gather",
                                                             loss_mask=mask)
             return f"loss {float(loss)}"
+        elif name == "grad_output_differs":
+            kernels.entropy_loss_forward_backward(logits, labels, group=group, tp_design="all_gather", validate=True,
+                                                  grad_output=1.0 + rank)
+        elif name == "ignore_index_differs_after_a_cached_call":  # rank 0's call is cached, rank 1's is new
+            call = dict(group=group, tp_design="all_gather", validate=True)
+            kernels.entropy_loss_forward_backward(logits, labels, **call)
+            kernels.entropy_loss_forward_backward(logits, labels, ignore_index=-100 if rank == 0 else 3, **call)
+        elif name == "bad_row_reverse_kl":  # a NaN in rank 0's slice of row 1: NaN loss, NaN gradient row everywhere
+            bad = logits.clone()
+            if rank == 0:
+                bad[1, 2] = float("nan")
+            loss, grad = kernels.entropy_loss_forward_backward(bad, torch.randn_like(bad), group=group,
+                                                               loss="reverse_kl", target_format="logits")
+            return (f"loss nan {bool(loss.isnan())} row nan {bool(grad[1].isnan().all())} "
+                    f"others finite {bool(grad[[0, 2, 3]].isfinite().all())}")
         elif name == "variant_with_group":
             kernels.entropy_loss_forward_backward(logits, labels, group=group, variant="fused")
         elif name == "peer_never_calls":  # the same call once on both ranks, then only on rank 0: a bounded wait
@@ -321,11 +346,18 @@ def test_no_counted_rows_give_zero(job):
     ("labels_differ", ("ValueError", "labels differ between the ranks")),
     ("label_out_of_range", ("ValueError", "[0, 40)")),
     ("variant_with_group", ("ValueError", "variant must be 'auto'")),
+    ("grad_output_differs", ("ValueError", "grad_output differ between the ranks")),
+    ("ignore_index_differs_after_a_cached_call", ("ValueError", "ignore_index: rank 0 -100, rank 1 3")),
 ])
 def test_bad_calls_raise_on_every_rank(job, name, expected):
     for rank in range(WORLD):
         text = job[(rank, name)]["error_text"]
         assert all(piece in text for piece in expected), f"rank {rank}: {text!r}"
+
+
+def test_a_bad_row_gives_nan_gradient_rows_on_every_rank(job):
+    for rank in range(WORLD):
+        assert job[(rank, "bad_row_reverse_kl")]["error_text"] == "loss nan True row nan True others finite True"
 
 
 def test_ranks_that_disagree_on_a_row_give_nan_not_a_stale_value(job):

@@ -118,6 +118,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
         leaf.float().sum().backward()
 
     labels = torch.randint(0, 32000, (8,), device=device)
+    rows += autograd_pieces(leaf, labels)
     for loss, fmt in LOSS_FORMATS:
         target = labels if fmt == "labels" else t
         rows.append(("public call", f"entropy_loss_forward_backward {loss}/{fmt}", public(loss, fmt, target)))
@@ -133,6 +134,84 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
         rows.append(("public call", f"entropy_loss(...).backward() {loss}/{fmt}", public_autograd(loss, fmt, target)))
     rows.append(("public call", "floor: x.float().sum().backward() (PyTorch's autograd alone)", plain_autograd))
     return rows
+
+
+def hand_back_function():
+    """PyTorch's autograd floor for a loss like ours: a Function whose forward allocates a gradient and a 0-d loss
+    and whose backward hands the gradient back (no kernel)."""
+    import torch
+
+    class HandBack(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.grad = torch.empty_like(a)
+            return a.new_empty((), dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad, ctx.grad = ctx.grad, None
+            return grad
+
+    return HandBack
+
+
+def autograd_pieces(leaf, labels) -> list[tuple[str, str, Callable[[], object]]]:
+    """Where an autograd step's host time goes: the forward alone, the pieces of the backward, and PyTorch's own
+    floors (its engine with a custom Function that does nothing but hand back a gradient; its own loss)."""
+    import torch
+    import torch.nn.functional as F
+
+    import kernels
+    from kernels import ops
+
+    def forward_only():
+        kernels.entropy_loss(leaf, labels)  # the graph is dropped unused
+
+    hand_back = hand_back_function()
+
+    def hand_back_step():
+        leaf.grad = None
+        hand_back.apply(leaf).backward()
+
+    def torch_loss_step():
+        leaf.grad = None
+        F.cross_entropy(leaf, labels).backward()
+
+    loss = torch.ones((), device=leaf.device)
+    grad = torch.empty_like(leaf)
+    return [
+        ("autograd step", "entropy_loss(...) forward alone (cross_entropy/labels, graph dropped)", forward_only),
+        ("autograd step", "torch.ones_like(loss) (the gradient .backward() creates)", lambda: torch.ones_like(loss)),
+        ("autograd step", "scale_gradient_(grad, 1) (the backward's launch, direct)",
+         lambda: ops.call_scale_gradient_(grad, loss)),
+        ("autograd step", "floor: Function handing back an allocated gradient, apply + .backward()", hand_back_step),
+        ("autograd step", "floor: F.cross_entropy(x, labels).backward() (PyTorch's own loss)", torch_loss_step),
+    ]
+
+
+def profile(steps: int = 200) -> None:
+    """Print torch.profiler's table of host time by operator over ``steps`` autograd steps (cross_entropy/labels,
+    8 x 32000 bf16): which of the engine, the custom Function, the dispatcher, allocations and launches costs."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    import kernels
+
+    leaf = torch.randn(8, 32000, device="cuda").bfloat16().requires_grad_(True)
+    labels = torch.randint(0, 32000, (8,), device="cuda")
+
+    def step():
+        leaf.grad = None
+        kernels.entropy_loss(leaf, labels).backward()
+
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
 
 
 def measure(out: str = "data", overwrite: bool = False):
@@ -182,9 +261,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="data")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--trace", action="store_true", help="print per-batch host µs of the public calls; write nothing")
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler's host table of the autograd step; write nothing")
     args = parser.parse_args(argv)
     if args.trace:
         trace()
+    elif args.profile:
+        profile()
     else:
         measure(args.out, args.overwrite)
     return 0
