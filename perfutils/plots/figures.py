@@ -13,16 +13,43 @@ from ..measure.records import check_single_gpu
 matplotlib.rcParams["svg.hashsalt"] = "fused-loss-notebooks"  # stable element ids in SVG
 
 
-def save_figure(fig, path: str | Path, *, formats=("svg", "png"), dpi: int = 120) -> list[Path]:
-    """Save ``fig`` as ``path`` with each suffix in ``formats``, without dates in the metadata."""
+class SavedFigure(list):
+    """The files :func:`save_figure` wrote (a list of paths). In a notebook the figure itself was shown: as the last
+    expression of a cell this list displays nothing (a page shows figures, not the names of their files)."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def _in_notebook_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def save_figure(fig, path: str | Path, *, formats=("svg", "png"), dpi: int = 120, show: bool | None = None) -> SavedFigure:
+    """Save ``fig`` as ``path`` with each suffix in ``formats``, without dates in the metadata.
+
+    In a notebook (an IPython kernel: papermill, nbval, JupyterLab) the figure is also shown on the page, once,
+    and closed; ``show`` forces or prevents that. Whatever the matplotlib backend: a figure saved is a figure shown.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = SavedFigure()
     for fmt in formats:
         target = path.with_suffix(f".{fmt}")
         metadata = {"Date": None} if fmt in ("svg", "pdf") else {"Software": None}
         fig.savefig(target, format=fmt, dpi=dpi, bbox_inches="tight", metadata=metadata)
         written.append(target)
+    if _in_notebook_kernel() if show is None else show:
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        display(fig)
+        plt.close(fig)  # shown once: the inline backend would show an open figure again at the end of the cell
     return written
 
 
