@@ -35,7 +35,25 @@ def _ipc_kernel_manager(folder: str):
         def __init__(self, **kwargs):
             super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"), **kwargs)
 
+        async def _async_interrupt_kernel(self):
+            # jupyter_client interrupts a kernel before shutting it down; a notebook that has finished has nothing
+            # to interrupt, and ipykernel would log "KeyboardInterrupt caught in kernel" as an error.
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
+
     return IPCKernelManager
+
+
+OUTPUT_PARAMETERS = {"FIG_DIR": "figures", "TABLE_DIR": "tables"}  # notebook parameters naming where it writes
+
+
+def output_parameters(notebook: Path, out_dir: Path) -> dict:
+    """FIG_DIR/TABLE_DIR under ``out_dir`` for the notebooks that have those parameters, so that a report built
+    anywhere holds its own figures (the landing page's thumbnails and the pages read them there)."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(notebook))
+    return {name: str(out_dir / sub) for name, sub in OUTPUT_PARAMETERS.items() if name in declared}
 
 
 def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, float]:
@@ -49,7 +67,7 @@ def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = No
         papermill.execute_notebook(
             str(notebook),
             str(executed),
-            parameters=parameters or {},
+            parameters={**output_parameters(notebook, out_dir), **(parameters or {})},
             cwd=str(REPO_ROOT),
             kernel_name="python3",
             progress_bar=False,
@@ -77,7 +95,7 @@ def install_mathjax(out_dir: Path) -> Path:
     target = out_dir / MATHJAX_DIR
     if not (target / "MathJax.js").is_file():
         shutil.copytree(source, target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("mathmaps", "SVG"))
+                        ignore=shutil.ignore_patterns("mathmaps", "SVG", "STIX-Web"))
     return target
 
 
