@@ -50,10 +50,13 @@ OUTPUT_PARAMETERS = {"FIG_DIR": "figures", "TABLE_DIR": "tables"}  # notebook pa
 def output_parameters(notebook: Path, out_dir: Path) -> dict:
     """FIG_DIR/TABLE_DIR under ``out_dir`` for the notebooks that have those parameters, so that a report built
     anywhere holds its own figures (the landing page's thumbnails and the pages read them there)."""
-    import papermill
+    import json
+    import re
 
-    declared = papermill.inspect_notebook(str(notebook))
-    return {name: str(out_dir / sub) for name, sub in OUTPUT_PARAMETERS.items() if name in declared}
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {name: str(out_dir / sub) for name, sub in OUTPUT_PARAMETERS.items()
+            if re.search(rf"^{name}\s*[:=]", source, flags=re.M)}
 
 
 def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, float]:

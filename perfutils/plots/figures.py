@@ -63,15 +63,28 @@ def check_frame(df, columns, name="df") -> None:
 
 
 def caption(gpu_name: str | None, date: str | None, extra: str = "") -> str:
-    """A title suffix naming where and when the data was measured."""
-    parts = [p for p in (gpu_name, f"measured {date[:10]}" if date else None, extra) if p]
+    """A title suffix naming where and when the data was measured (``date``: a time, or a range of days
+    "YYYY-MM-DD to YYYY-MM-DD")."""
+    when = (date if " to " in date else date[:10]) if date else None
+    parts = [p for p in (gpu_name, f"measured {when}" if when else None, extra) if p]
     return " · ".join(parts)
 
 
+def measured_days(df: pd.DataFrame) -> str | None:
+    """The days the rows of ``df`` were measured (their ``timestamp_utc``): one day, or "first to last"."""
+    if "timestamp_utc" not in df:
+        return None
+    days = sorted(str(stamp)[:10] for stamp in df["timestamp_utc"].dropna())
+    if not days:
+        return None
+    return days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
+
+
 def figure_context(df: pd.DataFrame) -> tuple[str, float | None]:
-    """(caption text, copy GB/s) of a loaded frame, from its rows and metadata sidecar."""
+    """(caption text, copy GB/s) of a loaded frame, from its rows (the days they were measured) and metadata
+    sidecar (the sidecar's own time only where the rows carry none)."""
     gpu = check_single_gpu(df)
     meta = df.attrs.get("metadata") or {}
-    date = meta.get("timestamp_utc") or (str(df["timestamp_utc"].dropna().min()) if "timestamp_utc" in df else None)
+    date = measured_days(df) or meta.get("timestamp_utc")
     copy = meta.get("copy_gbps")
     return caption(gpu, date), (float(copy) if isinstance(copy, (int, float)) else None)
