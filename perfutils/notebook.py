@@ -5,6 +5,12 @@ Notebooks run from two places: papermill (``make report``) starts them in the re
 :func:`resolve_path` find the repository's folders from either; :func:`resolve_mode` turns ``MODE="auto"`` into
 ``measure`` (a CUDA GPU is there) or ``replay`` (the committed ``data/``); :func:`kernel_source` is the source of a
 ``@triton.jit`` kernel, which the teaching notebooks display instead of defining it.
+
+What a page shows: :func:`table` is a DataFrame as a reader wants it (no pandas index unless it means something,
+whole numbers without ``.0``, missing values as a dash), :func:`say` prose computed from the data (Markdown, shown
+as text of the page, not as program output), :func:`shown` a path relative to the repository (a page
+never names the folders of the machine that built it), and :func:`quiet_interpreter` silences the numpy warnings
+Triton's CPU interpreter raises on the infinities a GPU computes silently.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["repo_root", "resolve", "find_repo_root", "resolve_path", "resolve_mode", "kernel_source"]
+__all__ = ["repo_root", "resolve", "find_repo_root", "resolve_path", "resolve_mode", "kernel_source", "table", "shown",
+           "quiet_interpreter", "say"]
 
 
 def repo_root(start: str | Path | None = None) -> Path:
@@ -75,3 +82,95 @@ def resolve_mode(mode: str) -> str:
     if mode == "auto":
         return "measure" if cuda else "replay"
     return mode
+
+
+MISSING = "–"  # how a table shows a missing value
+
+
+def _column_formatter(values, digits: int):
+    """A formatter for one column: whole numbers as integers, other floats with ``digits`` decimals, missing
+    values as a dash, everything else as ``str``."""
+    import math
+    import numbers
+
+    numeric = [v for v in values if isinstance(v, numbers.Real) and not isinstance(v, bool)
+               and not (isinstance(v, float) and math.isnan(v))]
+    whole = all(float(v).is_integer() for v in numeric if not math.isinf(v))
+
+    def fmt(value) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return MISSING
+        try:
+            import pandas as pd
+
+            if value is pd.NA or value is pd.NaT:
+                return MISSING
+        except ImportError:  # pragma: no cover
+            pass
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return str(value)
+        if isinstance(value, numbers.Integral) or (whole and not math.isinf(value)):
+            return f"{int(value)}"
+        return f"{value:.{digits}f}"
+
+    return fmt
+
+
+class Table:
+    """A DataFrame as a page shows it (see :func:`table`): HTML in a notebook, aligned text elsewhere."""
+
+    def __init__(self, df, digits: int | dict = 3, index: bool | None = None):
+        if index is None:  # a named index (a pivot's, a groupby's) or one of labels names the rows; row numbers don't
+            index = any(name is not None for name in df.index.names) or df.index.dtype == object
+        self.df, self.index = df, index
+        per_column = digits if isinstance(digits, dict) else {}
+        default = 3 if isinstance(digits, dict) else digits
+        self.formatters = {c: _column_formatter(df[c].tolist(), per_column.get(c, default)) for c in df.columns}
+
+    def _formatted(self):
+        out = self.df.copy()
+        for column, fmt in self.formatters.items():
+            out[column] = [fmt(v) for v in self.df[column].tolist()]
+        return out
+
+    def _repr_html_(self) -> str:
+        formatted = self._formatted()
+        html = formatted.to_html(index=self.index, border=0, classes="report-table", na_rep=MISSING, escape=True)
+        return html.replace('<tr style="text-align: right;">', "<tr>")
+
+    def __repr__(self) -> str:
+        return self._formatted().to_string(index=self.index)
+
+
+def table(df, digits: int | dict = 3, index: bool | None = None) -> Table:
+    """``df`` as a page shows it: the pandas index only where it names the rows (a named index, as a pivot's or a
+    groupby's, or one of labels; ``index`` forces either), whole-number columns as integers, other floats with
+    ``digits`` decimals (an int, or a dict per column), missing values as a dash."""
+    return Table(df, digits=digits, index=index)
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` as a page prints it: relative to the repository root when it lies inside it, else its name."""
+    path = Path(path).resolve()
+    root = find_repo_root(path if path.is_dir() else path.parent) or find_repo_root()
+    try:
+        return path.relative_to(root).as_posix() if root else path.name
+    except ValueError:
+        return path.name
+
+
+def quiet_interpreter() -> None:
+    """Hide the numpy RuntimeWarnings of Triton's CPU interpreter (``invalid value encountered in subtract`` on
+    ``-inf - -inf``, an overflow in ``exp2``): the kernels compute those infinities and NaNs on purpose and mask
+    them, silently on a GPU. Only warnings raised inside the interpreter are hidden."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+
+
+def say(markdown: str) -> None:
+    """Show ``markdown`` as prose of the page: for sentences that state a number or a comparison, computed from the
+    data beside them instead of written into a Markdown cell."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown))

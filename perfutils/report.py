@@ -15,6 +15,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -25,6 +26,39 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CELL_TIMEOUT_S = 1200  # a cell running longer fails its notebook: a hang becomes an error, not an endless wait
 
 
+def _ipc_kernel_manager(folder: str):
+    """A kernel manager whose kernel talks over local (IPC) sockets in ``folder``, not TCP: nothing listens on a
+    port, and ipykernel has no reason to warn about unencrypted TCP."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"), **kwargs)
+
+        async def _async_interrupt_kernel(self):
+            # jupyter_client interrupts a kernel before shutting it down; a notebook that has finished has nothing
+            # to interrupt, and ipykernel would log "KeyboardInterrupt caught in kernel" as an error.
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
+
+    return IPCKernelManager
+
+
+OUTPUT_PARAMETERS = {"FIG_DIR": "figures", "TABLE_DIR": "tables"}  # notebook parameters naming where it writes
+
+
+def output_parameters(notebook: Path, out_dir: Path) -> dict:
+    """FIG_DIR/TABLE_DIR under ``out_dir`` for the notebooks that have those parameters, so that a report built
+    anywhere holds its own figures (the landing page's thumbnails and the pages read them there)."""
+    import json
+    import re
+
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {name: str(out_dir / sub) for name, sub in OUTPUT_PARAMETERS.items()
+            if re.search(rf"^{name}\s*[:=]", source, flags=re.M)}
+
+
 def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, float]:
     import papermill
 
@@ -32,25 +66,63 @@ def execute_notebook(notebook: Path, out_dir: Path, parameters: dict | None = No
     executed = out_dir / "notebooks" / notebook.name
     executed.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    papermill.execute_notebook(
-        str(notebook),
-        str(executed),
-        parameters=parameters or {},
-        cwd=str(REPO_ROOT),
-        kernel_name="python3",
-        progress_bar=False,
-        log_output=False,
-        execution_timeout=CELL_TIMEOUT_S,
-    )
+    with tempfile.TemporaryDirectory(prefix="report-kernel-") as sockets:
+        papermill.execute_notebook(
+            str(notebook),
+            str(executed),
+            parameters={**output_parameters(notebook, out_dir), **(parameters or {})},
+            cwd=str(REPO_ROOT),
+            kernel_name="python3",
+            progress_bar=False,
+            log_output=False,
+            execution_timeout=CELL_TIMEOUT_S,
+            kernel_manager_class=_ipc_kernel_manager(sockets),
+        )
     return executed, time.perf_counter() - start
+
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "report_template"  # the pages' nbconvert template
+MATHJAX_DIR = "mathjax"  # under the report folder: MathJax 2.7, copied from the jupyter-server-mathjax package
+WIDGET_NOTE = ('<p class="report-note">An interactive explorer (ipywidgets) stands here: it needs a live kernel. '
+               "Open the notebook in JupyterLab (<code>make lab</code>) to use it; the figures above show its "
+               "starting point.</p>")
+
+
+def install_mathjax(out_dir: Path) -> Path:
+    """Copy MathJax into ``out_dir/mathjax`` (once) so that the pages typeset their math offline."""
+    import shutil
+
+    import jupyter_server_mathjax
+
+    source = Path(jupyter_server_mathjax.__file__).resolve().parent / "static"
+    target = out_dir / MATHJAX_DIR
+    if not (target / "MathJax.js").is_file():
+        shutil.copytree(source, target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("mathmaps", "SVG", "STIX-Web"))
+    return target
+
+
+def static_outputs(nb):
+    """The notebook as a static page shows it: widget views (a live kernel's) become a note saying where to use
+    them, and the widget state that would make the page load a widget manager from the internet is dropped."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                output["data"] = {"text/html": WIDGET_NOTE}
+    return nb
 
 
 def render_html(executed: Path, out_dir: Path) -> Path:
     import nbformat
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    install_mathjax(out_dir)
+    exporter = HTMLExporter(template_name=TEMPLATE_DIR.name, extra_template_basedirs=[str(TEMPLATE_DIR.parent)],
+                            mathjax_url=f"{MATHJAX_DIR}/MathJax.js", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(static_outputs(nbformat.read(executed, as_version=4)))
     page = out_dir / f"{executed.stem}.html"
     page.write_text(body, encoding="utf-8")
     return page

@@ -1,13 +1,16 @@
-"""The report's landing page, reports/index.html: what the collection is, the GPU and dates of the data,
-the headline results, and each notebook with its question, a thumbnail of its main figure and a link to
-its rendered page.
+"""The report's landing page, reports/index.html: what the collection is, then the map of the collection (each
+notebook with its question, a thumbnail of its main figure and a link to its rendered page), then the results of
+each GPU (its facts, the dates of its data, the results tables), then where the files are.
 
 Nothing here states a result; every part is read from a file:
 
 * title and introduction: README.md's first heading and first paragraph;
-* GPU, versions and dates: the JSON sidecars in ``data/<gpu-slug>/`` (``benchmark.json`` describes the GPU);
-* the results table (the README's): ``perfutils.plots.summary.vocab_sweep_table`` from ``vocab_sweep.csv`` (else
-  ``benchmark_table`` from ``benchmark.csv``);
+* GPU and versions: the JSON sidecars in ``data/<gpu-slug>/`` (``benchmark.json`` describes the GPU); the dates:
+  the ``timestamp_utc`` of the rows of its studies (of the sidecars where a study's rows have none);
+* the results tables: ``perfutils.plots.summary``'s, from the files each one reads (:data:`RESULT_TABLES`):
+  ``vocab_sweep.csv`` at 4096 tokens and, where the peers were timed there, at 16384; ``public_call.csv`` (every
+  provider in one process) with ``host_overhead.csv``; ``tensor_parallel.csv``; ``benchmark.csv`` when there is no
+  vocab sweep;
 * a notebook's title and question: its first markdown cell (the heading, and the sentences ending in "?"
   of the first paragraph that asks one; else that cell's first sentence);
 * a notebook's main figure: the first figure its code saves (its first ``save_figure(..., "NN_name")``),
@@ -39,7 +42,7 @@ padding:0 3px;border-radius:3px}.intro{max-width:900px;font-size:16px}
 border-radius:6px;padding:12px 16px;margin:8px 0}.facts dt{color:#5b6570}.facts dd{margin:0}
 table{border-collapse:collapse;background:#fff;margin:8px 0;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #d9dde3;padding:4px 9px}th{background:#eef1f5;text-align:left}
-.results td:not(:first-child){text-align:right}.note{color:#5b6570;font-size:13.5px;max-width:1000px}
+.results td:not(:first-child){text-align:right}.results td:first-child{white-space:nowrap}.scroll{max-width:100%;overflow-x:auto}.jump{font-size:14px}.note{color:#5b6570;font-size:13.5px;max-width:1000px}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:16px}
 .card{background:#fff;border:1px solid #d9dde3;border-radius:6px;padding:12px 14px;display:flex;flex-direction:column}
 .card h3{font-size:16px;margin:0 0 6px}.card .question{font-size:14px;flex:1}
@@ -130,13 +133,31 @@ def _rel(target: Path, out_dir: Path) -> str:
     return Path(os.path.relpath(target, out_dir)).as_posix()
 
 
+def data_dates(gpu_dir: Path, sidecars: dict[str, dict]) -> list[str]:
+    """The days (YYYY-MM-DD) the GPU's studies were measured: their rows' ``timestamp_utc``, or the sidecar's time
+    for a study whose rows carry none, sorted."""
+    import csv
+
+    gpu = (sidecars.get("benchmark") or next(iter(sidecars.values()), {})).get("gpu_name")
+    days = set()
+    for stem, meta in sidecars.items():
+        if meta.get("gpu_name") not in (None, gpu):
+            continue
+        rows = set()
+        path = gpu_dir / f"{stem}.csv"
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as handle:
+                rows = {r["timestamp_utc"][:10] for r in csv.DictReader(handle) if r.get("timestamp_utc")}
+        days |= rows or ({d} if (d := _stamp(meta)) else set())
+    return sorted(days)
+
+
 def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
-    meta = sidecars.get("benchmark") or next(iter(sidecars.values()), {})
-    gpu = meta.get("gpu_name")
-    dates = sorted(d for m in sidecars.values() if m.get("gpu_name") == gpu and (d := _stamp(m)))
+    meta = sidecars.get("benchmark") or sidecars.get("vocab_sweep") or next(iter(sidecars.values()), {})
+    dates = data_dates(gpu_dir, sidecars)
     cc = meta.get("compute_capability")
     facts = [
-        ("GPU", gpu),
+        ("GPU", meta.get("gpu_name")),
         ("compute capability", ".".join(map(str, cc)) if isinstance(cc, (list, tuple)) else cc),
         ("SMs", meta.get("sm_count")),
         ("L2", f"{meta['l2_bytes'] / 2**20:.0f} MiB" if meta.get("l2_bytes") else None),
@@ -144,14 +165,16 @@ def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
         ("driver · CUDA", " · ".join(str(meta[k]) for k in ("driver_version", "cuda_version") if meta.get(k)) or None),
         ("torch · Triton · ptxas", " · ".join(str(meta[k]) for k in ("torch_version", "triton_version", "ptxas_version")
                                              if meta.get(k)) or None),
-        ("recorded (UTC)", (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") if dates else None),
-        ("data", f"data/{gpu_dir.name}/ ({len(sidecars)} studies)"),
+        ("measured (UTC), all its studies", (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}")
+         if dates else None),
+        ("data", f"data/{gpu_dir.name}/ ({len(sidecars)} studies; each table below names its file and dates)"),
     ]
     rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts if v not in (None, ""))
     return f'<dl class="facts">{rows}</dl>'
 
 
 RESULT_FILES = ("vocab_sweep.csv", "benchmark.csv")  # the public-call sweep once recorded; before it, the benchmark
+PEER_VOCABS_16384 = (32000, 32768, 128256, 131072, 151936)  # where the peers were timed at 16384 tokens
 
 
 def results_source(gpu_dir: Path) -> Path | None:
@@ -159,13 +182,39 @@ def results_source(gpu_dir: Path) -> Path | None:
     return next((gpu_dir / name for name in RESULT_FILES if (gpu_dir / name).exists()), None)
 
 
-def results_html(gpu_dir: Path) -> str:
+def _peers_at(gpu_dir: Path, tokens: int) -> bool:
+    import pandas as pd
+
+    df = pd.read_csv(gpu_dir / "vocab_sweep.csv", usecols=["variant", "tokens", "status"])
+    return bool(((df["tokens"] == tokens) & (df["status"] == "ok") & df["variant"].isin(["fast_llm", "torch_compile"])).any())
+
+
+def result_tables(gpu_dir: Path) -> list[tuple[str, str, callable]]:
+    """(heading, file, markdown maker) of each results table ``gpu_dir`` has the data for, in page order."""
     from .plots import summary
 
-    source = results_source(gpu_dir)
-    text = summary.vocab_sweep_table(gpu_dir) if source.name == "vocab_sweep.csv" else summary.benchmark_table(gpu_dir)
-    rendered = markdown_html(text).replace("<table>", '<table class="results">', 1)
-    return rendered.replace("<p>", '<p class="note">')
+    tables = []
+    if (gpu_dir / "vocab_sweep.csv").exists():
+        tables.append(("What users call, against the peers: 4096 tokens", "vocab_sweep.csv",
+                       lambda: summary.vocab_sweep_table(gpu_dir)))
+        if _peers_at(gpu_dir, 16384):
+            tables.append(("The same at 16384 tokens, where the peers were timed", "vocab_sweep.csv",
+                           lambda: summary.vocab_sweep_table(gpu_dir, tokens=16384, vocabs=PEER_VOCABS_16384,
+                                                             grid_lines=False)))
+    elif (gpu_dir / "benchmark.csv").exists():
+        tables.append(("The kernels against the peers", "benchmark.csv", lambda: summary.benchmark_table(gpu_dir)))
+    if (gpu_dir / "public_call.csv").exists():
+        tables.append(("Every provider of a cell in one process", "public_call.csv",
+                       lambda: summary.public_call_table(gpu_dir)))
+    if (gpu_dir / "tensor_parallel.csv").exists():
+        tables.append(("Tensor parallel: the vocabulary split over two GPUs", "tensor_parallel.csv",
+                       lambda: summary.tensor_parallel_table(gpu_dir)))
+    return tables
+
+
+def results_html(markdown: str) -> str:
+    rendered = markdown_html(markdown).replace("<table>", '<div class="scroll"><table class="results">')
+    return rendered.replace("</table>", "</table></div>").replace("<p>", '<p class="note">')
 
 
 def studies_html(gpu_dir: Path, sidecars: dict[str, dict], out_dir: Path) -> str:
@@ -178,11 +227,17 @@ def studies_html(gpu_dir: Path, sidecars: dict[str, dict], out_dir: Path) -> str
             links += f' · <a href="{html.escape(_rel(sidecar, out_dir))}">{html.escape(sidecar.name)}</a>'
         rows.append(f"<tr><td>{links}</td><td>{html.escape(_stamp(meta) or '')}</td>"
                     f"<td>{html.escape(str(meta.get('gpu_name') or ''))}</td></tr>")
+    extra = []
     logs = gpu_dir / "logs"
-    log_line = (f'<p>GPU test and profiler logs: <a href="{html.escape(_rel(logs, out_dir))}/">data/{gpu_dir.name}/logs/</a> '
-                f"({sum(1 for _ in logs.iterdir())} files)</p>" if logs.is_dir() else "")
-    return ("<table><tr><th>study (CSV · JSON sidecar)</th><th>recorded</th><th>where</th></tr>"
-            + "".join(rows) + "</table>" + log_line)
+    if logs.is_dir():
+        extra.append(f'<p>Logs that pages and notes cite: <a href="{html.escape(_rel(logs, out_dir))}/">'
+                     f"data/{gpu_dir.name}/logs/</a> ({sum(1 for _ in logs.iterdir())} files)</p>")
+    archive = gpu_dir / "archive"
+    if archive.is_dir():
+        extra.append(f'<p>Kept aside (earlier recordings, uncited logs; read by no page): <a href="'
+                     f'{html.escape(_rel(archive, out_dir))}/">data/{gpu_dir.name}/archive/</a></p>')
+    return ("<table><tr><th>study (CSV · JSON sidecar)</th><th>recorded (sidecar, UTC)</th><th>where</th></tr>"
+            + "".join(rows) + "</table>" + "".join(extra))
 
 
 def card_html(entry: NotebookEntry, page: Path | None, error: str | None, out_dir: Path) -> str:
@@ -212,20 +267,6 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
     title, intro = readme_intro(readme)
     title = title or "Fused loss kernels: report"
 
-    data_parts = []
-    gpu_dirs = sorted(d for d in data_dir.iterdir() if d.is_dir() and any(d.glob("*.json"))) if data_dir.is_dir() else []
-    sidecars = {gpu_dir: _sidecars(gpu_dir) for gpu_dir in gpu_dirs}  # read once, used by the facts and the list
-    for gpu_dir in gpu_dirs:
-        data_parts.append(f"<h2>Data: {html.escape(gpu_dir.name)}</h2>" + gpu_facts_html(gpu_dir, sidecars[gpu_dir]))
-        source = results_source(gpu_dir)
-        if source is not None:
-            try:
-                data_parts.append("<h3>Headline results</h3>" + results_html(gpu_dir))
-            except Exception as error:  # the page still lists the notebooks; the failure is shown
-                problems.append(f"results table of data/{gpu_dir.name}/{source.name}: {type(error).__name__}: {error}")
-    if not gpu_dirs:
-        problems.append(f"no recorded data (no data/<gpu-slug>/*.json under {data_dir})")
-
     by_stem = {p.stem: p for p in pages}
     cards = []
     for notebook in notebooks:
@@ -235,6 +276,22 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
             problems.append(f"{Path(notebook).name}: cannot read it: {error}")
             entry = NotebookEntry(Path(notebook).stem, Path(notebook).stem, "", None)
         cards.append(card_html(entry, by_stem.get(entry.name), failures.get(Path(notebook).name), out_dir))
+
+    data_parts = []
+    gpu_dirs = sorted(d for d in data_dir.iterdir() if d.is_dir() and any(d.glob("*.json"))) if data_dir.is_dir() else []
+    sidecars = {gpu_dir: _sidecars(gpu_dir) for gpu_dir in gpu_dirs}  # read once, used by the facts and the list
+    for gpu_dir in gpu_dirs:
+        meta = sidecars[gpu_dir].get("benchmark") or sidecars[gpu_dir].get("vocab_sweep") or {}
+        name = meta.get("gpu_name") or gpu_dir.name
+        data_parts.append(f'<h2 id="{html.escape(gpu_dir.name)}">Results: {html.escape(str(name))}</h2>'
+                          + gpu_facts_html(gpu_dir, sidecars[gpu_dir]))
+        for heading, source, make in result_tables(gpu_dir):
+            try:
+                data_parts.append(f"<h3>{html.escape(heading)}</h3>" + results_html(make()))
+            except Exception as error:  # the page still lists the notebooks; the failure is shown
+                problems.append(f"results table of data/{gpu_dir.name}/{source}: {type(error).__name__}: {error}")
+    if not gpu_dirs:
+        problems.append(f"no recorded data (no data/<gpu-slug>/*.json under {data_dir})")
 
     where = [f'<li>Figures (SVG + PNG): <a href="figures/">{html.escape(str(out_dir.name))}/figures/</a></li>',
              f'<li>Executed notebooks: <a href="notebooks/">{html.escape(str(out_dir.name))}/notebooks/</a></li>']
@@ -249,12 +306,15 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
         items = "".join(f"<li><b>{html.escape(k)}</b><pre>{html.escape(v[:2000])}</pre></li>" for k, v in listed.items())
         errors = f'<section class="errors"><h2>Failures ({len(listed)})</h2><ul>{items}</ul></section>'
 
+    jump = " · ".join([f'<a href="#notebooks">the notebooks</a>']
+                      + [f'<a href="#{html.escape(d.name)}">results on {html.escape(d.name)}</a>' for d in gpu_dirs]
+                      + ['<a href="#where">where things are</a>'])
     built = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = (f"<main><h1>{html.escape(title)}</h1>"
-            f'<div class="intro">{markdown_html(intro)}</div>{errors}'
+            f'<div class="intro">{markdown_html(intro)}</div><p class="jump">{jump}</p>{errors}'
+            + f'<h2 id="notebooks">The notebooks</h2><div class="grid">{"".join(cards)}</div>'
             + "".join(data_parts)
-            + f'<h2>Notebooks</h2><div class="grid">{"".join(cards)}</div>'
-            + f'<h2>Where things are</h2><ul>{"".join(where)}</ul>'
+            + f'<h2 id="where">Where things are</h2><ul>{"".join(where)}</ul>'
             + f"<footer>Built {built} by <code>make report</code> (<code>python -m perfutils.report</code>): "
               "each notebook executed with papermill, replaying the recorded data without a GPU, measuring with "
               "one.</footer></main>")

@@ -29,15 +29,15 @@ The cells are issue 14's slow ones (bf16; each run's own losses, vocabularies an
 checked against float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median,
 L2 flushed). ``LAG`` (environment, default 2) sets ``split_row.LAG_STEPS`` for this process; give each value its own
 ``TRITON_CACHE_DIR``; ``PEEL_BYTES``, ``FORCE_PEEL`` and ``NO_EDGE`` are runs J and K's (NO_EDGE needs the kernel of
-``run_K_edges.patch``). How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
+``archive/patches/run_K_edges.patch``). How it was run on the H100: ``data/h100-sxm-80gb/logs/explore_lagged_2026-11-24.txt``
 (runs A to D), ``explore_read_ahead_2026-11-25.txt`` (run E), ``explore_rows_2026-11-25.txt`` (runs F to H),
-``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``run_I_dealt_pairs.patch``) and
+``explore_deal_2026-11-25.txt`` (run I: three code trees, the kernel changes in ``archive/patches/run_I_dealt_pairs.patch``) and
 ``explore_peel_2026-11-26.txt`` (runs J, K and O), ``explore_even_2026-11-26.txt`` (run P: needs the kernel and
-planner of ``run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
-``run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
-``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``run_S_summary_groups.patch``) and
-``explore_poll_2026-11-26.txt`` (runs T and U: ``run_T_poll_ahead.patch``, ``run_U_gpu_scope_poll.patch``),
-``explore_loads_2026-11-26.txt`` (run V: ``run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
+planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunks``), ``explore_ring_2026-11-26.txt`` (run Q: needs
+``archive/patches/run_Q_ring.patch``, split_row's schedule "ring"), ``ncu_lagged_stalls_2026-11-26.txt`` (run R),
+``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``archive/patches/run_S_summary_groups.patch``) and
+``explore_poll_2026-11-26.txt`` (runs T and U: ``archive/patches/run_T_poll_ahead.patch``, ``archive/patches/run_U_gpu_scope_poll.patch``),
+``explore_loads_2026-11-26.txt`` (run V: ``archive/patches/run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
 """
 import json
 import math
@@ -57,7 +57,7 @@ split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first com
 # launches (run with 6337c31, where kernels.problem held it; the cells' PEEL decisions are the same at 32 and 128 bytes).
 PEEL_BYTES = int(os.environ.get("PEEL_BYTES", "16"))
 # Run K: PEEL on where rows are 16-byte aligned (FORCE_PEEL=1: head and tail empty), the head/tail steps skipped
-# (NO_EDGE=1: the EDGES=False of logs/run_K_edges.patch's kernel; right only where head and tail are empty).
+# (NO_EDGE=1: the EDGES=False of archive/patches/run_K_edges.patch's kernel; right only where head and tail are empty).
 FORCE_PEEL = os.environ.get("FORCE_PEEL") == "1"
 NO_EDGE = os.environ.get("NO_EDGE") == "1"
 if FORCE_PEEL or NO_EDGE or PEEL_BYTES != 16:
@@ -136,7 +136,7 @@ ALIGN_CONFIGS = {"labels": [(4096, 4, {"maxnreg": 72}), (8192, 4, {"maxnreg": 12
 # cost the head/tail steps or the peeled addressing? 50304 with PEEL forced on, and both with the head/tail steps off.
 FORCE_CELLS = ([("cross_entropy", "labels", vocab, tokens) for tokens in (4096, 16384) for vocab in [50264, 50304]]
                + [("forward_kl", "logits", vocab, 4096) for vocab in [50264, 50304]])
-# Run O (2026-11-26): the lagged kernel's chunk start as int32 instead of int64 (one line, logs/run_O_int32_start.patch:
+# Run O (2026-11-26): the lagged kernel's chunk start as int32 instead of int64 (one line, archive/patches/run_O_int32_start.patch:
 # 16-32 fewer SASS instructions offline, the distribution losses' 64-bit compares 14 -> 2); two code trees alternated.
 INT32_CELLS = [(loss, fmt, vocab, 4096) for loss, fmt in [("cross_entropy", "labels"), ("cross_entropy", "logits"),
                                                             ("forward_kl", "logits"), ("reverse_kl", "logits")]
@@ -154,7 +154,7 @@ EVEN_LABEL_CELLS = [("cross_entropy", "labels", vocab, tokens) for vocab in [502
                     for tokens in (4096, 16384)]
 EVEN_RESIDENT = 528
 # Run Q (2026-11-26): the ring schedule (split_row's schedule="ring": the lagged kernel in Gluon with each chunk's
-# second read from a shared-memory ring; needs the kernel, planner and tests of logs/run_Q_ring.patch) beside the
+# second read from a shared-memory ring; needs the kernel, planner and tests of archive/patches/run_Q_ring.patch) beside the
 # lagged kernel at the configurations the search picks most, where the distribution losses miss 80% of copy and
 # labels CE misses 85% (or quack).
 RING_CELLS = ([(loss, "logits", vocab, 4096) for loss in ("cross_entropy", "forward_kl", "reverse_kl")
@@ -168,7 +168,7 @@ RING_CONFIGS = ([(4096, 4, {}), (8192, 4, {"maxnreg": 128})]
 
 # Run S (2026-11-26): a row's summaries polled 32 lanes at a time above 32 chunks, the groups folded lane by lane (one
 # vector of 64 lanes spans two warps and cost registers), in two code trees alternated (1beb105's split_row and the
-# change of logs/run_S_summary_groups.patch).
+# change of archive/patches/run_S_summary_groups.patch).
 FOLD_CELLS = ([(loss, fmt, vocab, 4096) for loss, fmt in [("cross_entropy", "labels"), ("cross_entropy", "logits"),
                                                             ("forward_kl", "logits"), ("reverse_kl", "logits")]
                for vocab in [131072, 151936, 200064, 256000, 262144]]
@@ -199,7 +199,7 @@ LOADS_CONFIGS = ([(4096, 4, options) for options in ({}, {"hints": False}, {"max
                  + [(8192, 4, {"maxnreg": 128}), (8192, 4, {"hints": False, "maxnreg": 128})])
 # Run W (2026-11-26): fewer instructions per step and element (statistics from the raw tiles,
 # row_math.tile_statistics_raw; approximate log2 and division for the row's scalars) beside the kernel as it was. Run
-# with 9543a51 and logs/run_W_fast.patch, where it was plan_split_row's option fast (default off, "fa" in the log); it
+# with 9543a51 and archive/patches/run_W_fast.patch, where it was plan_split_row's option fast (default off, "fa" in the log); it
 # has been the lagged kernel's default since (fast_math, default on): {"fast_math": False} is the kernel it was run
 # beside.
 FAST_CELLS = LOADS_CELLS + [(loss, "logits", vocab, 16384) for loss in ("forward_kl", "reverse_kl")

@@ -9,11 +9,12 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from perfutils.plots import summary
 from perfutils.report import write_index
-from perfutils.report_index import notebook_entry, question_of
+from perfutils.report_index import PEER_VOCABS_16384, data_dates, notebook_entry, question_of
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_DIR = REPO / "data" / "h100-sxm-80gb"
@@ -82,18 +83,52 @@ def test_index_builds_without_problems(built):
     assert problems == []
 
 
+def markdown_rows(markdown: str) -> list[list[str]]:
+    """The rows (header first) of the Markdown table at the start of ``markdown``, cell texts unescaped."""
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    return [[html.unescape(c.strip()) for c in line.strip("|").split("|")] for line in table if not line.startswith("|---")]
+
+
+def assert_on_page(page, markdown: str) -> None:
+    """The table of ``markdown`` is on the page cell for cell, and every paragraph after it word for word."""
+    rows = markdown_rows(markdown)
+    assert len(rows) > 1
+    assert rows in page.tables  # header and every row, as perfutils.plots.summary computes them
+    table_lines = sum(1 for line in markdown.splitlines() if line.startswith("|"))
+    for paragraph in "\n".join(markdown.splitlines()[table_lines:]).split("\n\n"):
+        if paragraph.strip():
+            text = " ".join(html.unescape(paragraph).replace("`", "").split())
+            assert text in " ".join(page.text.split()), paragraph[:80]
+
+
 def test_index_holds_the_headline_results_table(built):
     _, page, _ = built
-    markdown = summary.vocab_sweep_table(GPU_DIR)
-    lines = markdown.splitlines()
-    table = [line for line in lines if line.startswith("|")]
-    rows = [[html.unescape(c.strip()) for c in line.strip("|").split("|")]
-            for line in table if not line.startswith("|---")]
-    assert len(rows) > 1
-    assert rows in page.tables  # header and every row, cell for cell, as perfutils.plots.summary computes them
-    for paragraph in "\n".join(lines[len(table):]).split("\n\n"):
-        if paragraph.strip():
-            assert " ".join(html.unescape(paragraph).split()) in " ".join(page.text.split()), paragraph[:80]
+    assert_on_page(page, summary.vocab_sweep_table(GPU_DIR))
+
+
+@pytest.mark.parametrize("gpu_slug", ["h100-sxm-80gb", "h200"])
+def test_index_holds_the_results_tables_of_every_gpu(built, gpu_slug):
+    """The tables that once lived in the README, on the landing page, generated from the data: the vocab sweep of
+    each GPU (the H200's: a GPU the tuning table has never seen), the H100's peers at 16384 tokens (the table and its
+    source line, not the whole grid's worst cells again), the one-process grid and the tensor-parallel study."""
+    _, page, _ = built
+    gpu_dir = REPO / "data" / gpu_slug
+    assert_on_page(page, summary.vocab_sweep_table(gpu_dir))
+    if gpu_slug == "h100-sxm-80gb":
+        table = summary.vocab_sweep_table(gpu_dir, tokens=16384, vocabs=PEER_VOCABS_16384, grid_lines=False)
+        assert "Worst cell" not in table and "16384 tokens" in table
+        assert_on_page(page, table)
+        assert_on_page(page, summary.public_call_table(gpu_dir))
+        assert_on_page(page, summary.tensor_parallel_table(gpu_dir))
+
+
+def test_index_puts_the_notebooks_before_the_results(built):
+    """The map of the collection comes first; the results tables after it, with units in their headers."""
+    _, page, _ = built
+    text = page.text
+    assert text.index("The notebooks") < text.index("Results:") < text.index("Where things are")
+    header = page.tables[0][0]  # the first table: the H100's vocab sweep
+    assert "public call (ms)" in header and "% of copy" in header
 
 
 def test_index_names_the_gpu_versions_and_dates(built):
@@ -102,9 +137,10 @@ def test_index_names_the_gpu_versions_and_dates(built):
     for key in ("gpu_name", "torch_version", "triton_version", "driver_version", "cuda_version"):
         assert str(meta[key]) in page.text, key
     assert f"{meta['copy_gbps']:.0f} GB/s" in page.text
-    dates = sorted(str(m["timestamp_utc"])[:10] for m in map(json.loads, map(Path.read_text, GPU_DIR.glob("*.json")))
-                   if m.get("gpu_name") == meta["gpu_name"] and m.get("timestamp_utc"))
-    assert meta["timestamp_utc"][:10] in dates
+    sidecars = {p.stem: json.loads(p.read_text()) for p in GPU_DIR.glob("*.json")}
+    dates = data_dates(GPU_DIR, sidecars)  # the days of the studies' rows
+    rows = pd.read_csv(GPU_DIR / "vocab_sweep.csv")["timestamp_utc"].astype(str).str[:10]
+    assert rows.min() in dates and rows.max() in dates and meta["timestamp_utc"][:10] in dates
     assert (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") in page.text
 
 

@@ -457,7 +457,8 @@ def test_summary_table_is_generated_from_the_data(synthetic):
     _, gpu_dir = synthetic
     text = summary.vocab_sweep_table(gpu_dir, vocabs=(32000, 131072))
     lines = text.splitlines()
-    assert lines[0].startswith("| loss × vocab | torch.compile | Fast-LLM | liger | public call | plan (kernel-only)")
+    assert lines[0].startswith("| loss × vocab | torch.compile (ms) | Fast-LLM (ms) | liger (ms) | public call (ms) | "
+                               "plan, kernel-only (ms)")
     assert lines[2].startswith("| cross_entropy (labels) 32000 | ") and lines[2].endswith("| 80% | 23 | 0 |")
     days = sorted({str(stamp)[:10] for stamp in pd.read_csv(gpu_dir / "vocab_sweep.csv")["timestamp_utc"]})
     recorded = days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"  # the rows' days, not the sidecar's
@@ -549,39 +550,7 @@ def test_notebook_09_replays_recorded_data(tmp_path):
     assert (tmp_path / "figures" / "09_host_cost.svg").exists()
 
 
-@pytest.mark.parametrize("gpu_slug", ["h100-sxm-80gb", "h200"])
-def test_readme_vocab_sweep_results_are_generated_from_the_data(gpu_slug):
-    """Once the GPU data is committed, the README's vocab-sweep table of each GPU is perfutils.plots.summary's output
-    for it (the H200's: a GPU the tuning table has never seen)."""
-    from perfutils.plots import summary
-
-    gpu_dir = REPO / "data" / gpu_slug
-    if not (gpu_dir / "vocab_sweep.csv").exists():
-        pytest.skip("no vocab_sweep.csv recorded yet (the GPU run comes first; then the README gets "
-                    "`python -m perfutils.plots.summary --vocab-sweep`)")
-    assert summary.vocab_sweep_table(gpu_dir) in (REPO / "README.md").read_text()
-
-
-def test_readme_vocab_sweep_16384_table_is_generated_from_the_data():
-    """The README's second H100 table (16384 tokens, the vocabularies the peers were timed at) is the summary's
-    output with --table-only: the table and its source line, not the whole grid's worst cells again."""
-    from perfutils.plots import summary
-
-    gpu_dir = REPO / "data" / "h100-sxm-80gb"
-    table = summary.vocab_sweep_table(gpu_dir, tokens=16384, vocabs=(32000, 32768, 128256, 131072, 151936),
-                                      grid_lines=False)
-    assert "Worst cell" not in table and "16384 tokens" in table
-    assert table in (REPO / "README.md").read_text()
-
-
-def test_readme_one_process_results_are_generated_from_the_data():
-    """The README's one-process table (issue 13's grid) is perfutils.plots.summary's output for public_call.csv."""
-    from perfutils.plots import summary
-
-    gpu_dir = REPO / "data" / "h100-sxm-80gb"
-    if not (gpu_dir / "public_call.csv").exists():
-        pytest.skip("no public_call.csv recorded yet")
-    assert summary.public_call_table(gpu_dir) in (REPO / "README.md").read_text()
+# The tables of the recorded data on the report's landing page: tests/test_report_index.py.
 
 
 def test_public_call_table_from_a_small_record(tmp_path):

@@ -25,17 +25,14 @@ import json
 import math
 from typing import Iterable, Mapping, Sequence
 
-import matplotlib
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from ..measure.case_497 import ISSUE_COMMIT  # noqa: E402  (Fast-LLM's kernel of issue #497)
-from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
-from .figures import check_frame  # noqa: E402
+from ..measure.case_497 import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
+from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .figures import check_frame
 
 __all__ = [
     "EMULATION",

@@ -39,7 +39,7 @@ def kernel_summary(df: pd.DataFrame, *, top: int = 4) -> pd.DataFrame:
         parts.append(head)
         rest = rows.iloc[top:]
         if not rest.empty:
-            parts.append(pd.DataFrame([{"variant": variant, "short_name": f"other ({len(rest)})", "kind": "",
+            parts.append(pd.DataFrame([{"variant": variant, "short_name": f"{len(rest)} other kernel{'s' if len(rest) > 1 else ''}", "kind": "",
                                         "calls_per_step": rest["calls_per_step"].sum(),
                                         "us_per_step": rest["us_per_step"].sum(),
                                         "pct_of_device": rest["pct_of_device"].sum()}]))
@@ -97,7 +97,10 @@ def plot_step_breakdown(df: pd.DataFrame, *, top: int = 4):
     ax.set_yticklabels(order)
     ax.invert_yaxis()
     ax.set_xlabel("time per loss forward+backward step (µs): bars = GPU kernels (profiler), tick = do_bench step")
-    ax.set_title(f"Where the step's time goes\n{text}", fontsize=10)
+    keys = ["loss", "target_format", "tokens", "vocab", "dtype"]
+    shapes = df[keys].dropna().drop_duplicates() if set(keys) <= set(df.columns) else pd.DataFrame(columns=keys)
+    what = "; ".join(f"{r.loss} ({r.target_format}), {r.tokens} × {r.vocab} {r.dtype}" for r in shapes.itertuples())
+    ax.set_title(f"Where the step's time goes{': ' + what if what else ''}, forward + backward\n{text}", fontsize=10)
     fig.tight_layout()
     return fig
 

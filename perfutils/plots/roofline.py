@@ -230,15 +230,19 @@ def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str 
     ax.set_xlabel("arithmetic intensity (FP32 flop / minimum DRAM byte)")
     ax.set_ylabel("achieved FP32 rate (TFLOP/s)")
     ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
-    roof_legend = ax.legend(fontsize=7, loc="upper left", title=f"roofs ({ceilings.source})", title_fontsize=7)
+    # Both legends beside the axes, not on them (the roofs run through every corner of a roofline). Variants are
+    # colours (swatches), losses markers, sources filled or hollow: no marker stands for two things.
+    from matplotlib.patches import Patch
+
+    roof_legend = ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                            title=f"roofs ({ceilings.source})", title_fontsize=7)
     ax.add_artist(roof_legend)
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=v) for v in variants]
+    handles = [Patch(color=colors[v], label=v) for v in variants]
     handles += [Line2D([], [], marker=LOSS_MARKERS.get(l, "P"), linestyle="", color="0.3", label=l) for l in losses]
     if len(sources) > 1:
-        handles += [Line2D([], [], marker="o", linestyle="", color="0.3", label=sources[0]),
-                    Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color="0.3",
-                           label=" / ".join(sources[1:]))]
-    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
+        handles += [Patch(facecolor="0.3", edgecolor="0.3", label=sources[0]),
+                    Patch(facecolor="none", edgecolor="0.3", label=" / ".join(sources[1:]))]
+    ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0), borderaxespad=0.0, ncol=2)
     if title is not None:
         ax.set_title(title, fontsize=10)
     return ax

@@ -1,4 +1,4 @@
-"""Markdown tables of the recorded results (the README's numbers come from here).
+"""Markdown tables of the recorded results (the report's landing page shows them: perfutils.report_index).
 
     python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]                # benchmark.csv's table
     python -m perfutils.plots.summary --vocab-sweep [--gpu-dir data/h100-sxm-80gb]  # vocab_sweep.csv's table
@@ -91,8 +91,8 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
     # a peer with no cell in the table gets no column (a column of "-"), but a sentence saying it was not measured
     peers = [(p, label) for p, label in _PEER_COLUMNS if p in table.columns and table[p].notna().any()]
     absent = [label for p, label in _PEER_COLUMNS if (p, label) not in peers]
-    header = ["loss × vocab", *(label for _, label in peers), "public call", "plan (kernel-only)", "% of copy",
-              "host µs", "syncs"]
+    header = ["loss × vocab", *(f"{label} (ms)" for _, label in peers), "public call (ms)", "plan, kernel-only (ms)",
+              "% of copy", "host µs / call", "syncs / call"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.itertuples(index=False):
         cells = [_ms(getattr(row, provider, None)) for provider, _ in peers]
@@ -208,8 +208,8 @@ def public_call_table(gpu_dir: Path) -> str:
                            "public_fast_llm": ms["public"] / ms["fast_llm"],
                            "host_public": host["public"], "host_fast_llm": host["fast_llm"],
                            "syncs": syncs[["public", "public_autograd"]].max(axis=1)})
-    header = ["tokens × vocab", "public / plan", "autograd form / plan", "public / Fast-LLM", "host µs: public",
-              "host µs: Fast-LLM", "syncs"]
+    header = ["tokens × vocab", "public / plan (×)", "autograd form / plan (×)", "public / Fast-LLM (×)",
+              "host µs / call: public", "host µs / call: Fast-LLM", "syncs / call"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (tokens, vocab), cell in ratios.groupby(level=["tokens", "vocab"]):
         lines.append(f"| {tokens} × {vocab} | {cell['public_plan'].max():.3f} | {cell['autograd_plan'].max():.3f} | "
@@ -295,7 +295,8 @@ def tensor_parallel_table(gpu_dir: Path) -> str:
     meta = df.attrs["metadata"]
     table = time_table(df)
     designs = [(variant, name) for variant, name in _TP_COLUMNS if variant in table]
-    lines = ["| loss | tokens × vocab | tp=1 (one GPU) | " + " | ".join(name for _v, name in designs) + " |",
+    lines = ["| loss | tokens × vocab | tp=1, one GPU (ms) | " + " | ".join(f"{name} (ms, × tp=1)" for _v, name in designs)
+             + " |",
              "|---|---|---|" + "---|" * len(designs)]
     for row in table.to_dict("records"):
         cells = [f"{_ms(row.get(variant))} ({row.get(variant) / row['tp1-auto']:.2f}×)"

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from . import figures  # noqa: E402,F401  (fixes svg.hashsalt)
-from ..measure.records import check_single_gpu  # noqa: E402
+from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from ..measure.records import check_single_gpu
 
 
 def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from . import figures  # noqa: E402  (fixes svg.hashsalt)
-from .sweeps import loss_label  # noqa: E402
+from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .sweeps import loss_label
 
 TP1 = "tp1-auto"
 TP2_DESIGNS = ("tp2-all_gather", "tp2-symmetric", "tp2-fast_llm")

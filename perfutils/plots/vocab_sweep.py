@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from .figures import check_frame, figure_context
@@ -106,6 +107,11 @@ def plot_pct_of_copy(df: pd.DataFrame, *, dtype: str = "bf16", reference: pd.Dat
     fig, axes = plt.subplots(len(tokens), len(losses), figsize=(3.6 * len(losses), 2.6 * len(tokens) + 1.2),
                              squeeze=False, sharex=True, sharey=True, layout="constrained")
     vocabs = sorted(rows["vocab"].unique())
+
+    def slot(values) -> np.ndarray:
+        """A vocabulary's slot on the x axis (between two slots, by log size, for one that was not measured)."""
+        return np.interp(np.log2(np.asarray(values, dtype=float)), np.log2(vocabs), np.arange(len(vocabs)))
+
     for i, n_tokens in enumerate(tokens):
         for j, label in enumerate(losses):
             ax = axes[i][j]
@@ -115,25 +121,24 @@ def plot_pct_of_copy(df: pd.DataFrame, *, dtype: str = "bf16", reference: pd.Dat
                 if line.empty:
                     continue
                 color, style, marker = _STYLE.get(provider, ("black", "-", "x"))
-                ax.plot(line["vocab"], line["pct_of_copy"], linestyle=style, marker=marker, color=color,
+                ax.plot(slot(line["vocab"]), line["pct_of_copy"], linestyle=style, marker=marker, color=color,
                         markersize=3.5, linewidth=1.2)
             if quoted is not None:
                 here = quoted[(quoted["tokens"] == n_tokens) & (quoted["loss_label"] == label)]
-                ax.scatter(here["vocab"], here["pct_of_copy"], marker="*", s=70, facecolors="none",
+                ax.scatter(slot(here["vocab"]), here["pct_of_copy"], marker="*", s=70, facecolors="none",
                            edgecolors=_STYLE["quack"][0], linewidths=1.0, zorder=5)
             ax.axhline(100, color="grey", linestyle="--", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([v for v in (32768, 65536, 131072, 262144) if vocabs[0] / 1.5 <= v <= vocabs[-1] * 1.5])
-            ax.set_xticks(vocabs, minor=True)
-            ax.set_xticklabels([vocab_tick(v) for v in ax.get_xticks()])
-            ax.set_xticklabels([], minor=True)
+            # one slot per measured vocabulary, in order: 32000, 32064 and 32768 (or 50257 and 50304) are a few
+            # percent apart, and on a scaled axis their points would stack into vertical spikes
+            ax.set_xticks(range(len(vocabs)))
+            ax.set_xticklabels([str(v) for v in vocabs], rotation=90, fontsize=6)
             ax.set_ylim(0, max(110.0, float(rows["pct_of_copy"].max()) + 5))
             ax.grid(alpha=0.3)
             ax.set_title(f"{label}, {n_tokens} tokens", fontsize=8.5)
             if j == 0:
                 ax.set_ylabel("% of copy bandwidth")
             if i == len(tokens) - 1:
-                ax.set_xlabel("vocab (log scale)", fontsize=8.5)
+                ax.set_xlabel("vocab (each measured size one slot)", fontsize=8.5)
     handles = [Line2D([], [], color=_STYLE.get(p, ("black",))[0], linestyle=_STYLE.get(p, ("", "-"))[1],
                       marker=_STYLE.get(p, ("", "", "x"))[2], label=PROVIDER_LABELS.get(p, p)) for p in providers]
     if quoted is not None:
