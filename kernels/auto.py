@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .device_names import gpu_slug
 from .problem import Problem
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -40,8 +41,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
 @functools.lru_cache(maxsize=None)
 def load_tuning_table(gpu_name: str, data_dir: Path = DATA_DIR) -> tuple[dict, ...]:
     """Rows of the tuning table recorded on this GPU under ``data_dir`` (empty if there is none)."""
-    from perfutils.measure.schema import gpu_slug
-
     path = Path(data_dir) / gpu_slug(gpu_name) / "tuning.csv"
     if not path.exists():
         return ()

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from .device_names import gpu_slug
+from .occupancy import register_caps_of_compiled
 from .problem import Problem
 from .resident_row import resident_fits
 
@@ -73,8 +75,6 @@ _CODE_STAMP: str | None = None
 
 def cache_file(gpu_name: str) -> Path:
     import triton
-
-    from perfutils.measure.schema import gpu_slug
 
     root = Path(os.environ.get("FUSED_LOSS_CACHE_DIR") or Path.home() / ".cache" / "fused-loss-kernels")
     return root / gpu_slug(gpu_name) / f"triton-{triton.__version__}-code-{code_stamp()}.json"
@@ -176,7 +176,7 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
             lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
-    # always the least it needs: perfutils.model.occupancy.register_caps_for_more_blocks) or give it more registers
+    # always the least it needs: kernels.occupancy.register_caps_for_more_blocks) or give it more registers
     # with one program fewer; a cap that spills is timed like any candidate and loses.
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
@@ -216,10 +216,8 @@ def capped_registers(compiled, steps: int = 2) -> list[int]:
     fewer (ptxas may leave registers its occupancy allows unused: ``register_cap_for_fewer_blocks``). [] when its
     counts cannot be read."""
     try:
-        from perfutils.model.occupancy import register_caps_of_compiled
-
         caps = [cap for cap, _blocks in register_caps_of_compiled(compiled, steps=steps, fewer=True)]
-    except Exception:  # noqa: BLE001 - perfutils missing, another Triton's kernel object: no twins, no harm
+    except Exception:  # noqa: BLE001 - another Triton's kernel object: no twins, no harm
         return []
     own = getattr(compiled, "n_regs", None)
     return ([own] if isinstance(own, int) and own > 0 and own not in caps else []) + caps

@@ -27,11 +27,11 @@ from triton.language.extra import libdevice
 from . import problem as _layout
 from .launch import interpreting
 
-# Loss codes, the LOSS constexpr of every kernel.
-CE_LABELS = tl.constexpr(0)
-CE_LOGITS = tl.constexpr(1)
-FORWARD_KL = tl.constexpr(2)
-REVERSE_KL = tl.constexpr(3)
+# Loss codes, the LOSS constexpr of every kernel (kernels.problem.LOSS_CODES, as constexprs the kernels can compare).
+CE_LABELS = tl.constexpr(_layout.LOSS_CODES[("cross_entropy", "labels")])
+CE_LOGITS = tl.constexpr(_layout.LOSS_CODES[("cross_entropy", "logits")])
+FORWARD_KL = tl.constexpr(_layout.LOSS_CODES[("forward_kl", "logits")])
+REVERSE_KL = tl.constexpr(_layout.LOSS_CODES[("reverse_kl", "logits")])
 
 # Workspace layout (kernels.problem): finish counters, the loss, the scales, the row losses.
 WS_GROUPS = tl.constexpr(_layout.WS_GROUPS)

@@ -16,7 +16,7 @@ weighted sum: see ``row_math``); the row's summaries combine into its loss and g
   interpreter runs (it executes programs one after another, so a spin-wait would hang there) and
   the fallback when a cooperative grid would not be co-resident.
 
-A cooperative grid is never larger than what the GPU holds at once (``perfutils.model.occupancy`` on the
+A cooperative grid is never larger than what the GPU holds at once (:mod:`kernels.occupancy` on the
 exact compiled kernel): a program waiting for a chunk whose program was never scheduled would wait
 forever. Rows that fit in one chunk need no exchange and use the single-tile fused kernel; with
 ``split=False`` every row gets one program that walks its chunks (the fused kernel's tile loop),
@@ -29,6 +29,7 @@ import triton.language as tl
 
 from .fused import fused_launch, keeps_last_tile
 from .launch import Launch, Plan, interpreting
+from .occupancy import occupancy_of_compiled
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_keep_last, check_maxnreg,
                       check_num_warps, finisher, next_power_of_2, workspace_size)
 from .row_math import (
@@ -525,14 +526,12 @@ def max_resident_programs(launch: Launch) -> int:
 
     Fetches the kernel Triton would launch for these arguments (``warmup`` compiles it once, then
     hits Triton's cache), reads its registers and shared memory, and applies NVIDIA's occupancy
-    algorithm (``perfutils.model.occupancy``) times the number of SMs. It must be this exact kernel: Triton
+    algorithm (:mod:`kernels.occupancy`) times the number of SMs. It must be this exact kernel: Triton
     specializes integer arguments (== 1, multiples of 16), and the variants differ in registers.
     """
     device = launch.args["logits_ptr"].device
     if device.type != "cuda":
         return 0
-    from perfutils.model.occupancy import occupancy_of_compiled  # local: perfutils is optional at import time
-
     with torch.cuda.device(device):
         kernel = launch.fn.warmup(**launch.args, **launch.constexprs, grid=launch.grid, **launch.options)
         props = torch.cuda.get_device_properties(device)

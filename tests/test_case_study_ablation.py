@@ -1,4 +1,4 @@
-"""The case study's ablation kernels (kernels.case_study.ablation): every step and every switch combination
+"""The case study's ablation kernels (perfutils.lab_kernels.case_study.ablation): every step and every switch combination
 computes reverse KL and its gradient, against the float64 reference, on irregular shapes.
 
 Under the Triton interpreter on a CPU (conftest.py); the unrolled (SHAPE_CONSTEXPR) forms get small rows so
@@ -15,7 +15,7 @@ import torch
 
 import kernels
 from kernels import reference
-from kernels.case_study import ablation
+from perfutils.lab_kernels.case_study import ablation
 from kernels.problem import build_problem
 from perfutils.measure import providers
 

@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import kernels.microbench as microbench  # noqa: E402
+import perfutils.lab_kernels.microbench as microbench  # noqa: E402
 from perfutils.measure import ceilings  # noqa: E402
 from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 
@@ -28,7 +28,7 @@ from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 
 if type(microbench.copy_kernel).__name__ != "InterpretedFunction":
-    # Another test module imported kernels.microbench before the interpreter was switched on;
+    # Another test module imported perfutils.lab_kernels.microbench before the interpreter was switched on;
     # re-decorate its kernels in interpreter mode.
     microbench = importlib.reload(microbench)
 

@@ -177,6 +177,45 @@ def test_no_import_cycles():
         " <-> ".join(cycle) for cycle in cycles)
 
 
+def test_the_product_imports_nothing_of_the_lab():
+    """kernels/ is the product: users take it alone, so no module of it may import perfutils (the lab depends on the
+    product, never the reverse)."""
+    graph, _ = import_graph()
+    arrows = sorted(f"{module} -> {target}" for module, targets in graph.items() if module.split(".")[0] == "kernels"
+                    for target in targets if target.split(".")[0] == "perfutils")
+    assert not arrows, "the product imports the lab:\n" + "\n".join(arrows)
+
+
+def test_the_product_holds_no_lab_kernels():
+    """Teaching kernels, the #497 ablation family and micro-benchmarks live in perfutils.lab_kernels."""
+    graph, _ = import_graph()
+    lab = sorted(name for name in graph if name.split(".")[:2] in (["kernels", "teaching"], ["kernels", "case_study"],
+                                                                   ["kernels", "microbench"]))
+    assert not lab, f"lab kernels inside the product package: {lab}"
+    assert {"perfutils.lab_kernels.teaching", "perfutils.lab_kernels.case_study",
+            "perfutils.lab_kernels.microbench"} <= set(graph)
+
+
+def test_the_product_imports_and_runs_without_the_lab(tmp_path):
+    """``import kernels`` and a call, in a process where perfutils cannot be imported at all."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "sys.modules['perfutils'] = None  # any import of perfutils now raises ImportError\n"
+            "import torch, kernels\n"
+            "loss, grad = kernels.entropy_loss_forward_backward(torch.randn(3, 17), torch.tensor([1, 5, 16]))\n"
+            "x = torch.randn(3, 17, requires_grad=True)\n"
+            "kernels.entropy_loss(x, torch.randn(3, 17), loss='reverse_kl', target_format='logits').backward()\n"
+            "assert x.grad.shape == (3, 17) and grad.shape == (3, 17)\n"
+            "print('ok', sorted(name for name in sys.modules if name.startswith('perfutils')))\n")
+    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "ok ['perfutils']", result.stdout
+
+
 def test_no_module_uses_another_modules_private_names():
     _, private = import_graph()
     assert not private, "private names used outside their module (give the shared piece a public name):\n" + "\n".join(

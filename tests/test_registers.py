@@ -290,7 +290,7 @@ def test_sass_instruction_mix_counts_opcodes_and_64_bit_compares():
 
 
 def test_label_test_in_the_tile_frame_is_cheaper():
-    """kernels.teaching.label_index compiled for sm_90: the label as an int32 lane of the tile needs fewer registers,
+    """perfutils.lab_kernels.teaching.label_index compiled for sm_90: the label as an int32 lane of the tile needs fewer registers,
     instructions and 64-bit compares than the row's int64 column compared per element, with or without a peeled
     head (notebook 05)."""
     from perfutils.plots.registers import LABEL_FRAMES, label_index_costs

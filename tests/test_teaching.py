@@ -1,4 +1,4 @@
-"""kernels.teaching, perfutils.measure.teaching and perfutils.plots.teaching: the teaching kernels (under
+"""perfutils.lab_kernels.teaching, perfutils.measure.teaching and perfutils.plots.teaching: the teaching kernels (under
 TRITON_INTERPRET=1 on a CPU), the measurement pipeline with a fake GPU back end (CSV + JSON through ResultStore),
 and the figures."""
 
@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from kernels.teaching import activations, evonorm, label_index, softmax, vector_add  # noqa: E402
+from perfutils.lab_kernels.teaching import activations, evonorm, label_index, softmax, vector_add  # noqa: E402
 from perfutils import notebook  # noqa: E402
 from perfutils.measure import teaching as measure  # noqa: E402
 from perfutils.model import compiled_kernel  # noqa: E402

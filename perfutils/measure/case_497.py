@@ -81,7 +81,7 @@ PROJECT_CASES = [
 
 
 def _ablation_cases() -> list[tuple[str, int | None, int | None]]:
-    from kernels.case_study import ablation
+    from perfutils.lab_kernels.case_study import ablation
 
     block, warps = ablation.default_config(32768)
     cases = [(step.variant, block, warps) for step in ablation.STEPS]
@@ -220,9 +220,9 @@ def _reverse_kl_problem(tokens: int, vocab: int, dtype: str):
 
 
 def ablation_offline_rows(*, tokens: int = TOKENS, vocabs=ABLATION_VOCABS, dtype="bf16", log=print) -> list[dict]:
-    """Every ablation step and solo (kernels.case_study.ablation) and kernels.fused at the steps' tile and warps
+    """Every ablation step and solo (perfutils.lab_kernels.case_study.ablation) and kernels.fused at the steps' tile and warps
     (their plans built on meta tensors: nothing is allocated or launched)."""
-    from kernels.case_study import ablation
+    from perfutils.lab_kernels.case_study import ablation
     from kernels.fused import plan_fused
 
     from ..model.offline_compile import compile_launch
@@ -298,7 +298,7 @@ def _excerpt_section(title: str, compiled, *, sites: int) -> str:
 def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites: int = 4, log=print) -> str:
     """SASS around the spill sites (``STL``/``LDL``) of the #497 reverse-KL kernel (the checkout at
     :data:`ISSUE_COMMIT`) and of the project's fused kernel at the same tile and warps, compiled for sm_90 here."""
-    from kernels.case_study import ablation
+    from perfutils.lab_kernels.case_study import ablation
     from kernels.fused import plan_fused
 
     from . import fast_llm

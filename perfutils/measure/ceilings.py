@@ -1,6 +1,6 @@
 """Measure a GPU's ceilings: what a kernel can actually reach, timed with ``triton.testing.do_bench``.
 
-Each ceiling is a micro-benchmark kernel of :mod:`kernels.microbench` (plus ``torch`` copy as a reference),
+Each ceiling is a micro-benchmark kernel of :mod:`perfutils.lab_kernels.microbench` (plus ``torch`` copy as a reference),
 timed with median and 20th/80th percentiles, L2 flushed before every run:
 
 =================  ==========================================================================
@@ -26,8 +26,8 @@ import pandas as pd
 import torch
 import triton
 
-from kernels.microbench import (FMA_CHAINS, check_positive_int, launch_copy, launch_exp2, launch_fma, launch_l2_read,
-                                launch_read_sum, read_sum_programs)
+from perfutils.lab_kernels.microbench import (FMA_CHAINS, check_positive_int, launch_copy, launch_exp2, launch_fma,
+                                              launch_l2_read, launch_read_sum, read_sum_programs)
 
 from ..model.occupancy import occupancy_of_compiled
 from .store import write_table

@@ -26,7 +26,7 @@ LABELS_ONLY = ("liger", "quack")  # fused cross-entropy from labels: no target d
 KERNEL_ONLY = ("plan",)  # timed without the public entry points' host work
 # Variants whose prepare lives in its own module, by name prefix: Fast-LLM's kernels run from a checkout
 # ("fast_llm", "fast_llm_<commit>") and the case study's ablation kernels ("case497.<step>").
-PROVIDER_MODULES = {"fast_llm": "perfutils.measure.fast_llm", "case497.": "kernels.case_study.ablation"}
+PROVIDER_MODULES = {"fast_llm": "perfutils.measure.fast_llm", "case497.": "perfutils.lab_kernels.case_study.ablation"}
 # Python packages that the optional peers come from, and their distributions' names (for the version).
 PACKAGES = {"liger": "liger_kernel", "quack": "quack.cross_entropy"}
 DISTRIBUTIONS = {"liger": "liger-kernel", "quack": "quack-kernels"}

@@ -8,7 +8,7 @@ Each study writes ``<out>/<gpu-slug>/<study>.csv`` + ``.json`` through a :class:
 Timing is ``triton.testing.do_bench`` (median, p20, p80; L2 flushed before each call) through
 :func:`perfutils.measure.timing.bench`; the first call (JIT compilation, autotuning) is timed separately and
 excluded; every measured configuration is checked against a float64 PyTorch reference first. The kernels are in
-:mod:`kernels.teaching`; the figures of these files in :mod:`perfutils.plots.teaching`.
+:mod:`perfutils.lab_kernels.teaching`; the figures of these files in :mod:`perfutils.plots.teaching`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from kernels.teaching.activations import (ACTIVATIONS, activation_code, activation_eager, activation_reference,
-                                          activation_torch_op, launch_activation)
-from kernels.teaching.checks import check_power_of_two
-from kernels.teaching.evonorm import evonorm_b0_torch, evonorm_config, launch_evonorm
-from kernels.teaching.softmax import naive_softmax, naive_softmax_bytes, softmax_bytes, softmax_config, softmax_kernel
-from kernels.teaching.vector_add import (ADD_TILE_CONFIGS, add_kernel_autotuned, launch_add, launch_add_autotuned,
-                                         mask_stats)
+from perfutils.lab_kernels.teaching.activations import (ACTIVATIONS, activation_code, activation_eager,
+                                                        activation_reference, activation_torch_op, launch_activation)
+from perfutils.lab_kernels.teaching.checks import check_power_of_two
+from perfutils.lab_kernels.teaching.evonorm import evonorm_b0_torch, evonorm_config, launch_evonorm
+from perfutils.lab_kernels.teaching.softmax import (naive_softmax, naive_softmax_bytes, softmax_bytes, softmax_config,
+                                                    softmax_kernel)
+from perfutils.lab_kernels.teaching.vector_add import (ADD_TILE_CONFIGS, add_kernel_autotuned, launch_add,
+                                                       launch_add_autotuned, mask_stats)
 
 from ..model.compiled_kernel import kernel_stats
 from . import records

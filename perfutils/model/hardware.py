@@ -3,15 +3,8 @@
 Two different kinds of facts live here:
 
 * ``SMLimits`` — the per-SM resource limits NVIDIA's occupancy calculator needs, one entry per
-  compute capability. Sources: CUDA C++ Programming Guide, "Features and Technical
-  Specifications", table "Technical Specifications per Compute Capability"; and the values the
-  occupancy header hard-codes per architecture (``/usr/local/cuda/include/cuda_occupancy.h``:
-  ``cudaOccSMemAllocationGranularity``, ``cudaOccRegAllocationGranularity``,
-  ``cudaOccSubPartitionsPerMultiprocessor``, ``cudaOccMaxBlocksPerMultiprocessor``,
-  ``cudaOccAlignUpShmemSizeVoltaPlus``, ``cudaOccMaxBlocksPerSMBlockBarrierLimit``,
-  ``cudaOccMaxVirtualResourceCountPerSM``). The byte counts match what
-  ``cudaGetDeviceProperties`` reports (e.g. H100: sharedMemPerMultiprocessor = 233472 = 228 KiB,
-  sharedMemPerBlockOptin = 232448 = 227 KiB, reservedSharedMemPerBlock = 1024).
+  compute capability: they live with the calculator in :mod:`kernels.occupancy` (the product sizes its grids
+  with them) and are re-exported here.
 
 * ``DeviceSpec`` — marketing/datasheet numbers for a GPU model (SM count, L2, DRAM bandwidth,
   FP32 rate, clocks). Sources are cited next to each entry. Datasheet bandwidth is a peak that a
@@ -26,132 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KIB = 1024
-MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class SMLimits:
-    """Per-SM and per-block resource limits of one compute capability.
-
-    Field names follow the quantities of the occupancy calculator; the matching
-    ``cudaOccDeviceProp`` field (where there is one) is given in the comment.
-    """
-
-    cc: tuple[int, int]
-    warp_size: int  # warpSize
-    max_threads_per_block: int  # maxThreadsPerBlock
-    max_threads_per_sm: int  # maxThreadsPerMultiprocessor
-    max_blocks_per_sm: int  # header: cudaOccMaxBlocksPerMultiprocessor
-    registers_per_sm: int  # regsPerMultiprocessor (32-bit registers)
-    max_registers_per_block: int  # regsPerBlock
-    max_registers_per_thread: int  # guide: 255 (ptxas never allocates more)
-    register_allocation_unit: int  # header: registers per warp are rounded up to this
-    sub_partitions: int  # header: cudaOccSubPartitionsPerMultiprocessor (SM quadrants)
-    warp_allocation_granularity: int  # spreadsheet calculator's name for the same rounding
-    shared_bytes_per_sm: int  # sharedMemPerMultiprocessor (largest carveout)
-    shared_bytes_per_block: int  # sharedMemPerBlock: default per-block limit (48 KiB)
-    shared_bytes_per_block_optin: int  # sharedMemPerBlockOptin
-    reserved_shared_bytes_per_block: int  # reservedSharedMemPerBlock (driver's 1 KiB since Ampere)
-    shared_allocation_granularity: int  # header: cudaOccSMemAllocationGranularity
-    carveout_bytes: tuple[int, ...]  # header: cudaOccAlignUpShmemSizeVoltaPlus, ascending
-    barriers_per_block_slot: int  # header: barriers available = this x max blocks per SM
-    virtual_resources_per_sm: int  # header: cudaOccMaxVirtualResourceCountPerSM (0 = none)
-
-    @property
-    def max_warps_per_sm(self) -> int:
-        return self.max_threads_per_sm // self.warp_size
-
-    @property
-    def name(self) -> str:
-        return f"sm_{self.cc[0]}{self.cc[1]}"
-
-
-# Carveout sizes (shared-memory part of the unified L1/shared array) the hardware supports.
-# Guide, "Shared Memory" sections per architecture; the header's align-up table is the same list.
-_CARVEOUTS_GA100_GH100 = (0, 8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 100 * KIB, 132 * KIB, 164 * KIB)
-_CARVEOUTS_HOPPER_BLACKWELL = _CARVEOUTS_GA100_GH100 + (196 * KIB, 228 * KIB)
-_CARVEOUTS_GA10X_AD10X = (0, 8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 100 * KIB)
-_CARVEOUTS_TURING = (32 * KIB, 64 * KIB)
-
-
-def _limits(cc, *, max_threads_per_sm, max_blocks_per_sm, shared_kib_per_sm, optin_kib,
-            carveouts, barriers_per_block_slot, virtual_resources=0, reserved=1 * KIB,
-            smem_granularity=128) -> SMLimits:
-    # Everything not passed is common to every architecture from Turing to Blackwell
-    # (guide table: 1024 threads/block, 64 K registers per SM and per block, 255 regs/thread).
-    return SMLimits(
-        cc=cc,
-        warp_size=32,
-        max_threads_per_block=1024,
-        max_threads_per_sm=max_threads_per_sm,
-        max_blocks_per_sm=max_blocks_per_sm,
-        registers_per_sm=64 * KIB,
-        max_registers_per_block=64 * KIB,
-        max_registers_per_thread=255,
-        register_allocation_unit=256,
-        sub_partitions=4,
-        warp_allocation_granularity=4,
-        shared_bytes_per_sm=shared_kib_per_sm * KIB,
-        shared_bytes_per_block=48 * KIB,
-        shared_bytes_per_block_optin=optin_kib * KIB,
-        reserved_shared_bytes_per_block=reserved,
-        shared_allocation_granularity=smem_granularity,
-        carveout_bytes=carveouts,
-        barriers_per_block_slot=barriers_per_block_slot,
-        virtual_resources_per_sm=virtual_resources,
-    )
-
-
-SM_LIMITS: dict[tuple[int, int], SMLimits] = {
-    # Turing (T4). Not in the brief's list but the T4 spec below needs it; no reserved shared
-    # memory before Ampere, 256-byte shared allocation granularity.
-    (7, 5): _limits((7, 5), max_threads_per_sm=1024, max_blocks_per_sm=16, shared_kib_per_sm=64,
-                    optin_kib=64, carveouts=_CARVEOUTS_TURING, barriers_per_block_slot=2,
-                    reserved=0, smem_granularity=256),
-    # GA100 (A100).
-    (8, 0): _limits((8, 0), max_threads_per_sm=2048, max_blocks_per_sm=32, shared_kib_per_sm=164,
-                    optin_kib=163, carveouts=_CARVEOUTS_GA100_GH100, barriers_per_block_slot=2),
-    # GA10x (RTX 30, A10, A40).
-    (8, 6): _limits((8, 6), max_threads_per_sm=1536, max_blocks_per_sm=16, shared_kib_per_sm=100,
-                    optin_kib=99, carveouts=_CARVEOUTS_GA10X_AD10X, barriers_per_block_slot=1),
-    # AD10x (L4, L40, RTX 40).
-    (8, 9): _limits((8, 9), max_threads_per_sm=1536, max_blocks_per_sm=24, shared_kib_per_sm=100,
-                    optin_kib=99, carveouts=_CARVEOUTS_GA10X_AD10X, barriers_per_block_slot=1),
-    # GH100 (H100, H200).
-    (9, 0): _limits((9, 0), max_threads_per_sm=2048, max_blocks_per_sm=32, shared_kib_per_sm=228,
-                    optin_kib=227, carveouts=_CARVEOUTS_HOPPER_BLACKWELL, barriers_per_block_slot=2),
-    # GB100 (B200). The header counts 128 "virtual resources" per SM from cc 10 on; kernels that
-    # use none (everything Triton emits for these losses) are not limited by it.
-    (10, 0): _limits((10, 0), max_threads_per_sm=2048, max_blocks_per_sm=32, shared_kib_per_sm=228,
-                     optin_kib=227, carveouts=_CARVEOUTS_HOPPER_BLACKWELL,
-                     barriers_per_block_slot=2, virtual_resources=128),
-}
-
-
-def sm_limits(cc) -> SMLimits:
-    """The ``SMLimits`` of compute capability ``cc`` (a ``(major, minor)`` pair, "9.0" or 9.0)."""
-    key = normalize_cc(cc)
-    if key not in SM_LIMITS:
-        known = ", ".join(f"{a}.{b}" for a, b in SM_LIMITS)
-        raise ValueError(f"cc: no capacity table for compute capability {key[0]}.{key[1]}; "
-                         f"known: {known}")
-    return SM_LIMITS[key]
-
-
-def normalize_cc(cc) -> tuple[int, int]:
-    """Accept (9, 0), [9, 0], "9.0", "sm_90", 9.0 and return (9, 0)."""
-    if isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(v, int) for v in cc):
-        return (int(cc[0]), int(cc[1]))
-    if isinstance(cc, float):
-        cc = f"{cc:.1f}"
-    if isinstance(cc, str):
-        text = cc.strip().lower()
-        match = re.fullmatch(r"(\d+)\.(\d)", text) or re.fullmatch(r"sm_?(\d+?)(\d)a?", text)
-        if match:
-            return (int(match.group(1)), int(match.group(2)))
-    raise ValueError(f"cc: expected a compute capability like (9, 0) or '9.0', got {cc!r}")
-
+from kernels.occupancy import KIB, MIB, SM_LIMITS, SMLimits, normalize_cc, sm_limits  # noqa: F401 - re-exported
 
 # --------------------------------------------------------------------------------------------
 # Datasheet specs

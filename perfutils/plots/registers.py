@@ -10,7 +10,7 @@
 * :func:`plot_register_pressure` draws registers per thread against block size, one panel per
   (loss, num_warps), with the estimate, the per-thread cap and the spilling configurations.
 * :func:`label_index_costs` compiles the two frames of cross-entropy's label test
-  (:mod:`kernels.teaching.label_index`) and counts their SASS.
+  (:mod:`perfutils.lab_kernels.teaching.label_index`) and counts their SASS.
 * :func:`label_index_effect` reads the recorded effect of the change on labels CE (the vocab sweep before and after).
 """
 
@@ -297,12 +297,12 @@ LABEL_FRAMES = {False: "row column, int64", True: "tile lane, int32"}
 
 
 def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int = 4) -> pd.DataFrame:
-    """One row per (frame, peeled head) of :func:`kernels.teaching.label_index.onehot_gradient_kernel` compiled for
+    """One row per (frame, peeled head) of :func:`perfutils.lab_kernels.teaching.label_index.onehot_gradient_kernel` compiled for
     sm_90 offline: registers per thread and the static SASS mix (``instructions``, ``compares_64``, the integer
     opcodes that carry the index arithmetic)."""
     import torch
 
-    from kernels.teaching.label_index import onehot_gradient_kernel
+    from perfutils.lab_kernels.teaching.label_index import onehot_gradient_kernel
 
     q = torch.zeros(4, n_cols, dtype=torch.bfloat16)
     labels = torch.zeros(4, dtype=torch.int64)

@@ -12,8 +12,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from kernels.teaching.activations import ACTIVATIONS, activation_byte_model
-from kernels.teaching.vector_add import mask_stats
+from perfutils.lab_kernels.teaching.activations import ACTIVATIONS, activation_byte_model
+from perfutils.lab_kernels.teaching.vector_add import mask_stats
 
 from .figures import figure_context
 

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..row_math import label_in_tile
+from kernels.row_math import label_in_tile
 
 __all__ = ["onehot_gradient_kernel", "onehot_gradient", "onehot_gradient_reference"]
 

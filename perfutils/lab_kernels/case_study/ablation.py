@@ -58,11 +58,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ..launch import Launch, Plan
-from ..problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem, check_block_size, check_num_warps,
-                       finisher, next_power_of_2)
-from ..prologue import prologue_launch
-from ..row_math import (
+from kernels.launch import Launch, Plan
+from kernels.problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem, check_block_size,
+                             check_num_warps, finisher, next_power_of_2)
+from kernels.prologue import prologue_launch
+from kernels.row_math import (
     LN2,
     REVERSE_KL,
     base2,
