@@ -1,4 +1,7 @@
-"""Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml`` and ``python -m perfutils info``.
+"""Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml``, ``python -m perfutils info``, and every
+study's own command line, ``python -m perfutils <study> ...`` (:data:`STUDIES`: ``python -m perfutils vocab-sweep run
+public-4096-1 --out data`` runs ``perfutils.measure.vocab_sweep``'s ``main`` with the arguments after the study's name;
+``python -m perfutils <study> --help`` says what each takes). ``scripts/collect_h100.sh`` calls them so.
 
 Exit codes: 0 success, 1 the sweep stopped on a runtime problem (no GPU, unusable CUDA context),
 2 bad arguments or input files (argparse's convention), 130 interrupted (rows measured so far are kept).
@@ -14,8 +17,26 @@ from collections.abc import Sequence
 from .measure.schema import DataFileError, IncompatibleDataError
 
 
+# The studies with a command line of their own (each module's ``main(argv)``), by the name the CLI gives them.
+STUDIES = {
+    "studies": "perfutils.measure.studies",  # case_study | benchmark
+    "case-497": "perfutils.measure.case_497",
+    "vocab-sweep": "perfutils.measure.vocab_sweep",
+    "host-overhead": "perfutils.measure.host_overhead",
+    "occupancy-check": "perfutils.measure.occupancy_check",
+    "tuning": "perfutils.measure.tuning",
+    "teaching": "perfutils.measure.teaching",
+    "profiling": "perfutils.measure.profiling",
+    "tensor-parallel": "perfutils.measure.tensor_parallel",
+    "explorations": "perfutils.measure.explorations",
+}
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m perfutils", description="Measure and record fused-loss kernel sweeps.")
+    parser = argparse.ArgumentParser(
+        prog="python -m perfutils", description="Measure and record fused-loss kernel sweeps.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="studies (python -m perfutils STUDY --help for each): " + ", ".join(STUDIES))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sweep = commands.add_parser("sweep", help="run a sweep from a YAML config (resumes where a previous run stopped)")
@@ -68,6 +89,11 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in STUDIES:  # a study's own command line, with the arguments after its name
+        import importlib
+
+        return importlib.import_module(STUDIES[argv[0]]).main(argv[1:])
     parser = _build_parser()
     args = parser.parse_args(argv)
     handler = {"sweep": _sweep, "info": _info}[args.command]

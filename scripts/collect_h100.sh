@@ -39,12 +39,12 @@ PY
     ;;
   tuning) python3 -m perfutils sweep --config notebooks/params/split_row_tuning.yaml ;;
   unsplit-tuning) python3 -m perfutils sweep --config notebooks/params/split_row_unsplit_tuning.yaml ;;
-  case) python3 -m perfutils.measure.studies case_study --out data ;;
+  case) python3 -m perfutils studies case_study --out data ;;
   fused) python3 -m perfutils sweep --config notebooks/params/sweep_fused.yaml ;;
   two_pass) python3 -m perfutils sweep --config notebooks/params/sweep_two_pass.yaml ;;
   benchmark)
-    python3 -m perfutils.measure.studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
-    python3 -m perfutils.measure.studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
+    python3 -m perfutils studies benchmark --out data --tokens 4096 --vocab 32768 65536 131072 262144
+    python3 -m perfutils studies benchmark --out data --tokens 1024 16384 --vocab 32768 131072 ;;
   resume-demo)  # SIGKILL a real sweep mid-way, check the CSV, resume it
     rm -rf /tmp/resume_demo
     timeout -s KILL 12 python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml || echo "killed: exit $?"
@@ -70,9 +70,9 @@ PY
     for job in $(jobs -p); do wait "$job" || failed=1; done
     tail -n 3 "$logs"/gpu_tests_shard_*.txt
     exit "$failed" ;;
-  host-overhead) python3 -m perfutils.measure.host_overhead --out data ;;  # host_overhead.csv: each piece of a call
-  occupancy) python3 -m perfutils.measure.occupancy_check --out data ;;
-  tuning-table) python3 -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
+  host-overhead) python3 -m perfutils host-overhead --out data ;;  # host_overhead.csv: each piece of a call
+  occupancy) python3 -m perfutils occupancy-check --out data ;;
+  tuning-table) python3 -m perfutils tuning --gpu-dir data/h100-sxm-80gb --overwrite ;;
   forget-project)  # after a kernel or tuning-table change: forget the project variants' rows in the
     # benchmark and case study (each whole file first kept as <stem>.replaced-<UTC>.*); the stages case and
     # benchmark then measure just those again and the sidecars record the new session.
@@ -121,10 +121,10 @@ PY
       done; } > "$log" 2>&1
     echo "wrote $log" ;;
   remeasure-project) for s in forget-project case benchmark tuning-table; do "$0" "$s"; done ;;
-  case-497-measure) python3 -m perfutils.measure.case_497 measure --out data "$@" ;;  # case_497.csv, resumable
-  case-497-ablation) python3 -m perfutils.measure.case_497 ablation --out data "$@" ;;  # case_497_ablation.csv, resumable
-  case-497-ncu) python3 -m perfutils.measure.case_497 ncu --out data "$@" ;;  # logs/ncu_case_497_<date>.txt + case_497_ncu.csv
-  vocab-stages) python3 -m perfutils.measure.vocab_sweep stages ;;
-  vocab-*) python3 -m perfutils.measure.vocab_sweep run "${stage#vocab-}" "$@" --out data ;;  # vocab_sweep.csv, resumable
+  case-497-measure) python3 -m perfutils case-497 measure --out data "$@" ;;  # case_497.csv, resumable
+  case-497-ablation) python3 -m perfutils case-497 ablation --out data "$@" ;;  # case_497_ablation.csv, resumable
+  case-497-ncu) python3 -m perfutils case-497 ncu --out data "$@" ;;  # logs/ncu_case_497_<date>.txt + case_497_ncu.csv
+  vocab-stages) python3 -m perfutils vocab-sweep stages ;;
+  vocab-*) python3 -m perfutils vocab-sweep run "${stage#vocab-}" "$@" --out data ;;  # vocab_sweep.csv, resumable
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

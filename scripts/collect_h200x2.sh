@@ -18,9 +18,9 @@ case "$stage" in
   tp)
     args=(--out data --budget-s "${BUDGET_S:-360}")
     if [ -n "${FAST_LLM_PATH:-}" ]; then args+=(--fast-llm "$FAST_LLM_PATH"); fi
-    python3 -m perfutils.measure.tensor_parallel "${args[@]}" ;;
+    python3 -m perfutils tensor-parallel "${args[@]}" ;;
   tp-smoke)
-    python3 -m perfutils.measure.tensor_parallel --out /tmp/tp-smoke --tokens 4096 --vocab 131072 \
+    python3 -m perfutils tensor-parallel --out /tmp/tp-smoke --tokens 4096 --vocab 131072 \
       --losses cross_entropy/labels reverse_kl/logits ${FAST_LLM_PATH:+--fast-llm "$FAST_LLM_PATH"} ;;
   tp-tests)
     slug=$(python3 -c "import torch; from perfutils.measure.schema import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")

@@ -196,6 +196,17 @@ def test_the_product_holds_no_lab_kernels():
             "perfutils.lab_kernels.microbench"} <= set(graph)
 
 
+def test_figures_neither_compile_nor_import_kernels():
+    """perfutils.plots draws DataFrames: no import of the product, the lab's kernels or the offline compiler."""
+    graph, _ = import_graph()
+    compiling = ("kernels", "perfutils.lab_kernels", "perfutils.model.offline_compile", "perfutils.model.offline_counts",
+                 "perfutils.model.triton_compile", "perfutils.model.compile_worker")
+    arrows = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                    if module.startswith("perfutils.plots") for target in targets
+                    if any(target == root or target.startswith(root + ".") for root in compiling))
+    assert not arrows, "figures that compile or import kernels:\n" + "\n".join(arrows)
+
+
 def test_the_product_imports_and_runs_without_the_lab(tmp_path):
     """``import kernels`` and a call, in a process where perfutils cannot be imported at all."""
     import subprocess

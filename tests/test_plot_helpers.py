@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import perfutils.plots.occupancy as pocc  # noqa: E402
+import perfutils.model.offline_counts as counts  # noqa: E402
 import perfutils.plots.registers as preg  # noqa: E402
 import perfutils.plots.roofline as prf  # noqa: E402
 from perfutils.model.occupancy import occupancy, occupancy_curves  # noqa: E402
@@ -293,7 +294,7 @@ def test_plot_register_pressure():
 
 
 def test_offline_counts_records_failures_as_rows():
-    frame, compiles = preg.offline_counts([("cross_entropy", "labels", "fused", 3, 4)], vocab=64, log=None)
+    frame, compiles = counts.offline_counts([("cross_entropy", "labels", "fused", 3, 4)], vocab=64, log=None)
     assert compiles == {}
     assert frame.iloc[0].status == "error"
     assert "block_size" in frame.iloc[0].error
@@ -301,7 +302,7 @@ def test_offline_counts_records_failures_as_rows():
 
 @pytest.mark.slow
 def test_offline_counts_compiles_for_sm90():
-    frame, compiles = preg.offline_counts([("cross_entropy", "labels", "fused", 1024, 4)], vocab=1024, log=None)
+    frame, compiles = counts.offline_counts([("cross_entropy", "labels", "fused", 1024, 4)], vocab=1024, log=None)
     row = frame.iloc[0]
     assert row.status == "ok", row.error
     assert row.launch == "fused" and row.launches == 1

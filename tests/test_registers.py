@@ -293,7 +293,7 @@ def test_label_test_in_the_tile_frame_is_cheaper():
     """perfutils.lab_kernels.teaching.label_index compiled for sm_90: the label as an int32 lane of the tile needs fewer registers,
     instructions and 64-bit compares than the row's int64 column compared per element, with or without a peeled
     head (notebook 05)."""
-    from perfutils.plots.registers import LABEL_FRAMES, label_index_costs
+    from perfutils.model.offline_counts import LABEL_FRAMES, label_index_costs
 
     costs = label_index_costs(n_cols=50257)
     for head, both in costs.groupby("peeled head"):

@@ -376,3 +376,16 @@ def test_plots_refuse_frames_without_their_rows(recorded):
         plots.plot_softmax(fusion)
     with pytest.raises(ValueError, match="no add_tile row has an occupancy"):
         plots.plot_tile_occupancy(basics.assign(occupancy=float("nan")))
+
+
+def test_the_figures_know_every_fusion_operation():
+    """perfutils.plots.teaching names the fusion study's operations itself (figures import no kernels): the same
+    names as the kernels', in their order."""
+    from perfutils.plots.teaching import FUSION_OPS
+
+    assert FUSION_OPS == list(activations.ACTIVATIONS) + ["evonorm_b0"]
+
+
+def test_idle_lanes_in_the_irregular_table_match_mask_stats():
+    for n in (98_765, 4096, 1, 1025):
+        assert -n % 1024 == vector_add.mask_stats(n, 1024)["idle_lanes"]

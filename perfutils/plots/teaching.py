@@ -12,10 +12,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from perfutils.lab_kernels.teaching.activations import ACTIVATIONS, activation_byte_model
-from perfutils.lab_kernels.teaching.vector_add import mask_stats
-
 from .figures import figure_context
+
+# The fusion study's operations, in the order its figures show them (the activations of
+# perfutils.lab_kernels.teaching.activations, then EvoNorm-B0): names as recorded in the data's "loss" column.
+FUSION_OPS = ["relu", "sigmoid", "swish", "evonorm_b0"]
 
 __all__ = ["bandwidth_summary", "irregular_vs_regular", "tile_summary", "speedups", "flat_region", "fusion_at_largest",
            "plot_vector_add", "plot_tile_sweep", "plot_tile_occupancy", "plot_softmax", "plot_fusion_latency",
@@ -54,7 +55,7 @@ def irregular_vs_regular(df: pd.DataFrame) -> pd.DataFrame:
         expected = float(np.interp(math.log2(n), np.log2(curve["vocab"].astype(float)), curve["gbps"]))
         measured = float(group["gbps"].iloc[0])
         rows.append({"variant": variant, "n": int(n), "gbps": measured, "gbps_power_of_two_curve": expected,
-                     "ratio": measured / expected, "idle_lanes_of_1024": mask_stats(int(n), 1024)["idle_lanes"]})
+                     "ratio": measured / expected, "idle_lanes_of_1024": -int(n) % 1024})
     return pd.DataFrame(rows)
 
 
@@ -92,7 +93,7 @@ def speedups(df: pd.DataFrame, experiment: str, *, baseline: str, x: str = "voca
 def flat_region(df: pd.DataFrame, *, factor: float = 1.5) -> pd.DataFrame:
     """Per op and variant: the smallest time measured, the largest size still within ``factor`` of it
     (where fixed launch cost dominates), and that time per launched kernel."""
-    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "flat_region")
+    part = _require(df, FUSION_OPS, "flat_region")
     rows = []
     for (op, variant), group in part.groupby(["loss", "variant"], sort=False):
         group = group.sort_values("n_elements")
@@ -110,12 +111,13 @@ def flat_region(df: pd.DataFrame, *, factor: float = 1.5) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
-def fusion_at_largest(df: pd.DataFrame) -> pd.DataFrame:
+def fusion_at_largest(df: pd.DataFrame, byte_model: pd.DataFrame) -> pd.DataFrame:
     """At each op's largest size: time, GB/s, % of copy, peak memory (x output) per variant, the time
-    relative to Triton's, and the byte model's prediction of that ratio (activations only)."""
-    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "fusion_at_largest")
+    relative to Triton's, and the byte model's prediction of that ratio (activations only; ``byte_model``: the frame
+    of ``perfutils.lab_kernels.teaching.activations.activation_byte_model``)."""
+    part = _require(df, FUSION_OPS, "fusion_at_largest")
     largest = part[part["n_elements"] == part.groupby("loss")["n_elements"].transform("max")].copy()
-    model = activation_byte_model().set_index(["activation", "variant"])
+    model = byte_model.set_index(["activation", "variant"])
     rows = []
     for _, row in largest.iterrows():
         triton_rows = largest[(largest["loss"] == row["loss"]) & (largest["variant"] == "triton")]
@@ -283,7 +285,7 @@ def _figure_legend(fig, axes) -> None:
 
 
 def _fusion_ops(part: pd.DataFrame) -> list[str]:
-    order = list(ACTIVATIONS) + ["evonorm_b0"]
+    order = FUSION_OPS
     return [op for op in order if op in set(part["loss"])] + sorted(set(part["loss"]) - set(order))
 
 
@@ -292,7 +294,7 @@ def plot_fusion_latency(df: pd.DataFrame):
     host-loop time per call (dashed). The flat left part is the fixed cost of a launch."""
     import matplotlib.pyplot as plt
 
-    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "plot_fusion_latency")
+    part = _require(df, FUSION_OPS, "plot_fusion_latency")
     text, _ = figure_context(df)
     ops = _fusion_ops(part)
     fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops) + 0.5, 3.8), squeeze=False, sharey=True)
@@ -321,7 +323,7 @@ def plot_fusion_throughput(df: pd.DataFrame):
     """GB/s of the minimal traffic (read x + write y) vs elements, one panel per op, copy line."""
     import matplotlib.pyplot as plt
 
-    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "plot_fusion_throughput")
+    part = _require(df, FUSION_OPS, "plot_fusion_throughput")
     text, copy = figure_context(df)
     ops = _fusion_ops(part)
     fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops) + 0.5, 3.8), squeeze=False, sharey=True)
@@ -347,7 +349,7 @@ def plot_fusion_memory(df: pd.DataFrame):
     largest size measured of each op."""
     import matplotlib.pyplot as plt
 
-    part = _require(df, list(ACTIVATIONS) + ["evonorm_b0"], "plot_fusion_memory")
+    part = _require(df, FUSION_OPS, "plot_fusion_memory")
     if "peak_mem_bytes" not in part or part["peak_mem_bytes"].isna().all():
         raise ValueError("plot_fusion_memory: the data has no peak_mem_bytes")
     text, _ = figure_context(df)

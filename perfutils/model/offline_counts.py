@@ -1,0 +1,118 @@
+"""Offline sm_90 counts of the kernels a plan launches (no GPU): registers, spills, shared memory, occupancy, and
+SASS where asked; what notebooks 04 and 05 and the register figures (:mod:`perfutils.plots.registers`) read.
+
+* :func:`offline_counts` compiles the launches of ``kernels.prepare(...)`` plans offline for sm_90
+  (:func:`perfutils.model.offline_compile.compile_launch`) and returns one row per configuration, describing the
+  limiting launch as the sweeps do (lowest occupancy, ties: more registers).
+* :func:`label_index_costs` compiles the two frames of cross-entropy's label test
+  (:mod:`perfutils.lab_kernels.teaching.label_index`) and counts their SASS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import time
+
+import pandas as pd
+
+from ..measure.schema import error_text
+from .cubin import sass_instruction_mix
+from .occupancy import occupancy_of_counts
+from .offline_compile import compile_launch, compile_offline
+
+
+def limiting_launch(entries: list[dict]) -> dict:
+    """The launch with the lowest occupancy (ties: more registers), as perfutils.measure.measurer chooses."""
+    def badness(entry):
+        occ = entry.get("occupancy")
+        return (occ if occ is not None else math.inf, -(entry.get("n_regs") or 0))
+
+    return min(entries, key=badness)
+
+
+def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", with_sass: bool = False,
+                   log=print) -> tuple[pd.DataFrame, dict]:
+    """Compile each ``(loss, target_format, variant, block_size, num_warps)`` offline for sm_90.
+
+    Inputs are tiny CPU tensors of ``rows`` x ``vocab``: a kernel depends on the vocabulary only
+    through its constexprs (e.g. a row that fits in one tile) and divisibility, so the counts are
+    those of the full-size problem. Returns ``(frame, compiles)``: one row per configuration (the
+    limiting launch's counts, plus ``launches``), and ``{(config tuple, launch name): OfflineCompile}``.
+    A configuration that fails to compile is a row with ``status="error"`` and the message.
+    """
+    import torch
+
+    import kernels
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    generator = torch.Generator().manual_seed(0)
+    results, compiles = [], {}
+    for config in configs:
+        loss, target_format, variant, block_size, num_warps = config
+        key = (loss, target_format, variant, int(block_size), int(num_warps))
+        row = {"loss": loss, "target_format": target_format, "variant": variant, "dtype": dtype,
+               "vocab": int(vocab), "block_size": int(block_size), "num_warps": int(num_warps)}
+        started = time.perf_counter()
+        try:
+            logits = torch.randn(rows, vocab, generator=generator).to(torch_dtype)
+            if target_format == "labels":
+                target = torch.randint(0, vocab, (rows,), generator=generator)
+            else:
+                target = torch.randn(rows, vocab, generator=generator).to(torch_dtype)
+            plan = kernels.prepare(logits, target, loss=loss, target_format=target_format, variant=variant,
+                                   block_size=int(block_size), num_warps=int(num_warps))
+            entries = []
+            for launch in plan.launches:
+                with contextlib.redirect_stdout(io.StringIO()):  # keep compiler chatter out of the notebook
+                    compiled = compile_launch(launch, with_sass=with_sass)
+                compiles[(key, launch.name)] = compiled
+                occ = occupancy_of_counts(compiled.n_regs, compiled.shared_bytes, launch.num_warps)
+                entries.append({"launch": launch.name, "n_regs": compiled.n_regs,
+                                "spill_bytes": compiled.spill_bytes,
+                                "spill_store_bytes": compiled.spill_store_bytes,
+                                "spill_load_bytes": compiled.spill_load_bytes,
+                                "shared_bytes": compiled.shared_bytes, "occupancy": occ.occupancy,
+                                "blocks_per_sm": occ.blocks_per_sm, "limiter": occ.limiter,
+                                "triton_version": compiled.triton_version,
+                                "ptxas_version": compiled.ptxas_version, "tool": compiled.tool})
+            row.update(limiting_launch(entries))
+            row["launches"] = len(entries)
+            row["status"], row["error"] = "ok", None
+        except Exception as exc:  # a failed configuration is a row, not a crash
+            row.update(status="error", error=error_text(exc, 600))
+        row["compile_s"] = time.perf_counter() - started
+        results.append(row)
+        if log is not None:
+            detail = (f"{row['n_regs']} regs, {row['spill_bytes']} B spill ({row['launch']})"
+                      if row["status"] == "ok" else row["error"])
+            log(f"compiled {loss}/{target_format} {variant} block {block_size} warps {num_warps}: {detail}")
+    return pd.DataFrame(results), compiles
+
+
+LABEL_FRAMES = {False: "row column, int64", True: "tile lane, int32"}
+
+
+def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int = 4) -> pd.DataFrame:
+    """One row per (frame, peeled head) of :func:`perfutils.lab_kernels.teaching.label_index.onehot_gradient_kernel` compiled for
+    sm_90 offline: registers per thread and the static SASS mix (``instructions``, ``compares_64``, the integer
+    opcodes that carry the index arithmetic)."""
+    import torch
+
+    from perfutils.lab_kernels.teaching.label_index import onehot_gradient_kernel
+
+    q = torch.zeros(4, n_cols, dtype=torch.bfloat16)
+    labels = torch.zeros(4, dtype=torch.int64)
+    heads = torch.zeros(4, dtype=torch.int32)
+    args = dict(q_ptr=q, labels_ptr=labels, heads_ptr=heads, out_ptr=q, n_cols=n_cols, row_stride=n_cols)
+    rows = []
+    for has_head in (False, True):
+        for lane_frame in (False, True):
+            compiled = compile_offline(onehot_gradient_kernel, args,
+                                       dict(BLOCK=block, LANE_FRAME=lane_frame, HAS_HEAD=has_head),
+                                       num_warps=num_warps, with_sass=True)
+            mix = sass_instruction_mix(compiled.sass)
+            rows.append({"label test": LABEL_FRAMES[lane_frame], "peeled head": has_head, "n_regs": compiled.n_regs,
+                         **{key: mix.get(key, 0) for key in ("instructions", "compares_64", "IMAD", "IADD3", "LOP3")}})
+    return pd.DataFrame(rows)
