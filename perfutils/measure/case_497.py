@@ -31,6 +31,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ..model.cubin import sass_instruction_mix
+
 __all__ = [
     "ABLATION_CASES",
     "LOSSES",
@@ -113,24 +115,15 @@ def _fast_llm_parameters(checkouts: Iterable) -> list[dict[str, Any]]:
 # Offline sm_90 compiles (CPU)
 # ---------------------------------------------------------------------------------------------------------------
 
-_MNEMONIC = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
-
-
 def sass_counts(sass: str | None) -> dict[str, int | None]:
-    """Instruction counts of a SASS listing: local loads/stores (spill code), MUFU.EX2/RCP, BAR.SYNC, all."""
-    keys = ("sass_ldl", "sass_stl", "sass_ex2", "sass_rcp", "sass_bar", "sass_instructions")
+    """Instruction counts of a SASS listing (:func:`perfutils.model.cubin.sass_instruction_mix`): local loads/stores
+    (spill code), MUFU.EX2/RCP, BAR.SYNC, all."""
+    keys = {"sass_ldl": "LDL", "sass_stl": "STL", "sass_ex2": "MUFU.EX2", "sass_rcp": "MUFU.RCP", "sass_bar": "BAR.SYNC",
+            "sass_instructions": "instructions"}
     if not sass:
         return dict.fromkeys(keys)
-    mnemonics = _MNEMONIC.findall(sass)
-    base = [m.split(".")[0] for m in mnemonics]
-    return {
-        "sass_ldl": base.count("LDL"),
-        "sass_stl": base.count("STL"),
-        "sass_ex2": sum(m.startswith("MUFU.EX2") for m in mnemonics),
-        "sass_rcp": sum(m.startswith("MUFU.RCP") for m in mnemonics),
-        "sass_bar": sum(m.startswith("BAR.SYNC") for m in mnemonics),
-        "sass_instructions": len(mnemonics),
-    }
+    mix = sass_instruction_mix(sass)
+    return {key: mix.get(name, 0) for key, name in keys.items()}
 
 
 def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dict[str, Any]:

@@ -145,10 +145,13 @@ _SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(
 def sass_instruction_mix(sass: str) -> dict[str, int]:
     """Static counts of a disassembled kernel (``nvdisasm`` text): ``instructions`` in all, ``compares_64`` (integer
     compares of 64-bit values: ``ISETP`` with ``.EX``, the high half chained to the low one), ``memory`` (global
-    loads and stores), and one entry per opcode (``IMAD``, ``LOP3``, ... without modifiers)."""
+    loads and stores), the special-function and barrier forms (``MUFU.EX2``, ``MUFU.RCP``, ``BAR.SYNC``, counted under
+    those names as well as under their opcode), and one entry per opcode (``IMAD``, ``LOP3``, ``LDL``, ... without
+    modifiers)."""
     if not isinstance(sass, str):
         raise TypeError(f"sass must be a str, got {type(sass).__name__}")
-    mix: dict[str, int] = {"instructions": 0, "compares_64": 0, "memory": 0}
+    mix: dict[str, int] = {"instructions": 0, "compares_64": 0, "memory": 0, "MUFU.EX2": 0, "MUFU.RCP": 0,
+                           "BAR.SYNC": 0}
     for line in sass.splitlines():
         found = _SASS_INSTRUCTION.match(line)
         if not found:
@@ -160,4 +163,10 @@ def sass_instruction_mix(sass: str) -> dict[str, int]:
             mix["compares_64"] += 1
         if opcode in ("LDG", "STG"):
             mix["memory"] += 1
+        form = opcode + ".".join(modifiers.split(".")[:2])  # e.g. MUFU.EX2, BAR.SYNC
+        if form in SASS_FORMS:
+            mix[form] += 1
     return mix
+
+
+SASS_FORMS = ("MUFU.EX2", "MUFU.RCP", "BAR.SYNC")
