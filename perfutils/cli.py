@@ -1,7 +1,9 @@
-"""Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml``, ``python -m perfutils info``, and every
-study's own command line, ``python -m perfutils <study> ...`` (:data:`STUDIES`: ``python -m perfutils vocab-sweep run
-public-4096-1 --out data`` runs ``perfutils.measure.vocab_sweep``'s ``main`` with the arguments after the study's name;
-``python -m perfutils <study> --help`` says what each takes). ``scripts/collect_h100.sh`` calls them so.
+"""Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml``, ``python -m perfutils info``,
+``python -m perfutils predict --check data/<gpu> --out FILE.csv`` (the performance model against the recorded times),
+and every study's own command line, ``python -m perfutils <study> ...`` (:data:`STUDIES`: ``python -m perfutils
+vocab-sweep run public-4096-1 --out data`` runs ``perfutils.measure.vocab_sweep``'s ``main`` with the arguments after
+the study's name; ``python -m perfutils <study> --help`` says what each takes). ``scripts/collect_h100.sh`` calls them
+so.
 
 Exit codes: 0 success, 1 the sweep stopped on a runtime problem (no GPU, unusable CUDA context),
 2 bad arguments or input files (argparse's convention), 130 interrupted (rows measured so far are kept).
@@ -49,6 +51,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="start the file afresh (the old CSV/JSON are renamed *.replaced-<time>.*, not deleted)"
     )
 
+    predict = commands.add_parser("predict", help="predict recorded configurations' times offline (perfutils.model.predict)")
+    predict.add_argument("--check", required=True, metavar="DIR", help="a GPU's data folder, e.g. data/h100-sxm-80gb")
+    predict.add_argument("--out", default=None, help="CSV of one row per configuration (measured, predicted, bound)")
+    predict.add_argument("--baseline", action="store_true", help="also report the plain roofline (minimal bytes at copy)")
+
     info = commands.add_parser("info", help="print this machine's metadata (what a data file's sidecar records)")
     info.add_argument("--copy", action="store_true", help="also measure device copy bandwidth (needs a GPU)")
     return parser
@@ -88,6 +95,30 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    from .model.predict import check, plain_roofline_ms, summarize
+
+    frame = check(args.check)
+    if frame.empty:
+        raise ValueError(f"--check: no modellable configuration with a recorded time under {args.check}")
+    if args.out is not None:
+        frame.to_csv(args.out, index=False)
+    table = summarize(frame).round(3).to_string(index=False)
+    print(f"{len(frame)} configurations in {args.check}; |predicted / measured - 1| and Spearman per sweep:")
+    print(table)
+    for half in (0, 1):
+        part = frame[frame["half"] == half]
+        print(f"half {half} ({len(part)}): median {part['abs_rel_err'].median():.3f}, "
+              f"p90 {part['abs_rel_err'].quantile(0.9):.3f}")
+    if args.baseline:
+        base = frame.merge(plain_roofline_ms(args.check).drop_duplicates(["study", "config_key"]),
+                           on=["study", "config_key"], how="left")
+        base["abs_rel_err"] = (base["roofline_ms"] / base["measured_ms"] - 1).abs()
+        print("plain roofline (minimal bytes at copy bandwidth):")
+        print(summarize(base.assign(predicted_ms=base["roofline_ms"])).round(3).to_string(index=False))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in STUDIES:  # a study's own command line, with the arguments after its name
@@ -96,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return importlib.import_module(STUDIES[argv[0]]).main(argv[1:])
     parser = _build_parser()
     args = parser.parse_args(argv)
-    handler = {"sweep": _sweep, "info": _info}[args.command]
+    handler = {"sweep": _sweep, "info": _info, "predict": _predict}[args.command]
     try:
         return handler(args)
     except (ValueError, TypeError, FileNotFoundError, DataFileError, IncompatibleDataError) as exc:

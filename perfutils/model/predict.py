@@ -1,0 +1,518 @@
+"""Predict before measuring: how long one launch configuration of a loss kernel takes, and which limit binds.
+
+A kernel is a list of passes (``KernelPass``): programs that each step ``steps`` times over a tile of ``tile``
+elements, ``resident`` of them per SM. Each pass costs the slowest of
+
+* ``dram``: the DRAM bytes it moves (the minimum plus re-reads: the fused kernel's second loop over a row that is
+  not held in one tile, two_pass's second kernel) over the measured copy bandwidth;
+* ``latency``: Little's law. A program issues one tile's loads, then waits a DRAM round trip plus the tile's
+  dependent arithmetic and its block reduction before the next; ``resident`` programs per SM overlap. A wave of
+  programs therefore takes ``steps x (latency + chain)``, whatever the bandwidth. Where bytes in flight are short
+  of what the latency needs, this term binds: the distribution losses near 80% of copy;
+* ``l2``: bytes read again from L2 (the lagged split_row kernel's second read, re-read rows that L2 holds) over
+  the measured L2 bandwidth;
+* ``issue``: instructions per element over the SMs' four schedulers; ``mufu``: exp2/log2 over the measured exp2 rate;
+* ``spills``: local-memory traffic (spill bytes per thread, stored and loaded each step) over the L2 bandwidth,
+  added on top (it sits in the dependent chain);
+* ``waves``: a last partial wave of programs runs with fewer bytes in flight (a term of the latency bound);
+* ``host``: a call whose host work per call (the public call, its autograd form, a peer's wrapper) outlasts the
+  kernel; ``launch``: the launch floor of tiny kernels.
+
+The memory terms are combined smoothly (``(a^p + b^p)^(1/p)``): when bandwidth and latency limits are close the
+queues make both bite. The GPU's rates come from its measured ceilings (``ceilings.csv``); what no micro-benchmark
+measured (the loaded DRAM latency, cycles per element of a dependent chain, instructions per element, host floors)
+are the ``ModelConstants``, fitted once on the H100's even half of configurations (``fit_half``) and frozen here:
+a prediction reads no recorded time, so scaling every recorded time leaves it unchanged.
+
+``load_configurations(folder)`` turns each study's recorded rows into ``LaunchConfig`` (the times dropped: only the
+whitelisted columns are read), ``check(folder)`` predicts them and joins the measured times; the CLI is
+``python -m perfutils predict --check data/<gpu> --out FILE.csv``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernels.occupancy import occupancy_of_counts
+
+from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records
+
+BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
+
+# Studies the check reads, and the variants of each it can model (kernels whose counts are recorded or derivable).
+STUDIES = {
+    "blocksize_sweep": None,
+    "vocab_sweep": ("plan", "public", "public_autograd", "fast_llm"),
+    "public_call": ("plan", "public", "public_autograd", "fast_llm"),
+    "case_497": None,
+    "case_497_ablation": None,
+    "benchmark": ("fused", "two_pass", "split_row", "auto"),
+    "case_study": ("fused", "two_pass", "split_row", "auto"),
+    "fusion": None,
+    "triton_basics": None,
+}
+_UNMODELED = {"eager_torch", "torch_compile", "liger"}  # no compile counts recorded
+_ELEMENTWISE = {"fusion", "triton_basics"}
+
+# The only columns a configuration is built from: none of them is a time.
+CONFIG_COLUMNS = ("study", "config_key", "loss", "target_format", "variant", "dtype", "tokens", "vocab", "block_size",
+                  "num_warps", "bytes_min", "n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm", "passes",
+                  "plan_config", "n_kernels", "n_elements", "naive_bytes", "status")
+L1_BYTES = 200 * 1024  # what an H100/H200 SM's 256 KB of L1 + shared leaves for local memory beside the tiles
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class ModelConstants:
+    """What no ceiling measures. Fitted on the H100's half 0 (``fit_half("data/h100-sxm-80gb", 0, rounds=6)``, every
+    study weighing the same, starting from hand-set values: 900 ns, 6, 60, 12, 1, 3, 3 us, 30, 200, 190 us), rounded,
+    and reported on half 1 by the check."""
+
+    dram_latency_ns: float = 1136.0  # loaded DRAM round trip of a tile's loads
+    chain_cycles_per_element: float = 2.2  # dependent cycles per element a thread holds, per step
+    reduce_cycles_per_level: float = 27.5  # block reduction: cycles per halving (warp shuffles + barrier)
+    instructions_per_element: float = 16.2  # SASS issued per element per read (one input); x1.6 for two inputs
+    spill_passes: float = 0.465  # times each spilled byte is stored and loaded per step
+    combine_p: float = 2.37  # smoothness of the bandwidth/latency combination
+    launch_us: float = 3.21  # per launch, back to back
+    host_public_us: float = 60.0  # the public call's host work per call
+    host_autograd_us: float = 235.0  # the autograd form's
+    host_peer_us: float = 446.0  # a peer's wrapper (Fast-LLM)
+
+
+DEFAULT_CONSTANTS = ModelConstants()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    ceilings: Ceilings
+    sm_count: int = 132
+    clock_ghz: float = 1.98
+    l2_bytes: int = 50 * 2**20
+    name: str = ""
+
+
+def gpu_from_folder(folder) -> Gpu:
+    """The GPU of a data folder: its measured ceilings and the sidecar's SM count, clock and L2 size."""
+    folder = Path(folder)
+    ceilings = ceilings_from_records(folder / "ceilings.csv")
+    meta = {}
+    for sidecar in sorted(folder.glob("*.json")):
+        try:
+            meta = json.loads(sidecar.read_text())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(meta, dict) and meta.get("sm_count"):
+            break
+    return Gpu(ceilings=ceilings, sm_count=int(meta.get("sm_count") or 132),
+               clock_ghz=float(meta.get("sm_clock_max_mhz") or 1980) / 1e3,
+               l2_bytes=int(meta.get("l2_bytes") or 50 * 2**20), name=ceilings.gpu)
+
+
+@dataclass(frozen=True)
+class KernelPass:
+    """One launch: ``programs`` programs, ``resident`` per SM, each stepping ``steps`` times over ``tile`` elements."""
+
+    name: str
+    programs: int
+    tile: int
+    num_warps: int
+    resident: int
+    steps: float
+    load_bytes_per_step: float  # one program's loads in flight per step
+    dram_bytes: float
+    l2_bytes: float = 0.0
+    elements: float = 0.0  # elements processed (issue, MUFU)
+    inputs: int = 1
+    spill_bytes: int = 0  # per thread
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One recorded configuration as the model sees it: the problem, the kernel's passes, the host work around it."""
+
+    study: str
+    config_key: str
+    variant: str  # the study's name for what ran (plan, public, fused, case497.step0, ...)
+    loss: str
+    target_format: str
+    tokens: int  # rows
+    vocab: int  # columns
+    dtype: str
+    passes: tuple[KernelPass, ...] = ()
+    host: str = "kernel"  # kernel | public | autograd | peer
+    launches: int = 1
+    elementwise_bytes: float = 0.0  # elementwise studies: bytes of all kernels
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ms: float
+    bound: str
+    breakdown: dict = field(default_factory=dict)  # ms per term
+
+
+def _soft_max(values, p: float) -> float:
+    values = [v for v in values if v > 0]
+    if not values:
+        return 0.0
+    top = max(values)
+    return top * sum((v / top) ** p for v in values) ** (1.0 / p)
+
+
+def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
+    c = gpu.ceilings
+    sms = gpu.sm_count
+    hz = gpu.clock_ghz * 1e9
+    per_thread = kp.tile / (32 * kp.num_warps)
+    chain_s = (per_thread * k.chain_cycles_per_element
+               + k.reduce_cycles_per_level * math.log2(32 * kp.num_warps)) / hz
+    step_s = k.dram_latency_ns * 1e-9 + chain_s
+    slots = max(1, kp.resident) * sms
+    waves = kp.programs / slots
+    full, part = math.floor(waves), waves - math.floor(waves)
+    dram_s = kp.dram_bytes / (c.dram_gbps * 1e9)
+    wave_lat = kp.steps * step_s
+    lat_full = full * wave_lat
+    lat_part = wave_lat if part > 1e-9 else 0.0
+    dram_full = dram_s * (full / waves) if waves else 0.0
+    dram_part = dram_s - dram_full
+    l2_s = kp.l2_bytes / (c.l2_gbps * 1e9) if c.l2_gbps else 0.0
+    instr = k.instructions_per_element * (1.0 + 0.6 * (kp.inputs - 1))
+    issue_s = kp.elements * instr / (128 * hz * sms)
+    exps = kp.elements * kp.inputs / (c.exp2_tops * 1e12) if c.exp2_tops else 0.0
+    mem_full = _soft_max([dram_full, lat_full, l2_s * (full / waves if waves else 0)], k.combine_p)
+    mem_part = _soft_max([dram_part, lat_part], k.combine_p)
+    spill_s = 0.0
+    if kp.spill_bytes:
+        # Local memory lives in L1 while the resident programs' spilled bytes fit there; past it they go to L2,
+        # and past L2 to DRAM (the #497 kernel: 1608 B x 512 threads x 4 programs = 3.3 MB an SM).
+        per_sm = kp.spill_bytes * 32 * kp.num_warps * max(1, kp.resident)
+        traffic = 2 * k.spill_passes * kp.spill_bytes * 32 * kp.num_warps * kp.programs * kp.steps
+        if per_sm * sms > gpu.l2_bytes / 2:
+            spill_s = traffic / (c.dram_gbps * 1e9)
+        elif per_sm > L1_BYTES and c.l2_gbps:
+            spill_s = traffic / (c.l2_gbps * 1e9)
+    total = _soft_max([mem_full + mem_part, issue_s, exps], k.combine_p) + spill_s
+    return {"dram": dram_s, "latency": lat_full, "waves": mem_part - dram_part if part else 0.0, "l2": l2_s,
+            "issue": issue_s, "mufu": exps, "spills": spill_s, "total": total}
+
+
+def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
+    """Predicted time (ms) of ``config`` on ``gpu``, the limit that binds and the time of every term (ms)."""
+    k = constants
+    launch_s = k.launch_us * 1e-6 * max(1, config.launches)
+    terms = dict.fromkeys(BOUNDS, 0.0)
+    if config.passes:
+        kernel_s = 0.0
+        for kp in config.passes:
+            t = _pass_terms(kp, gpu, k)
+            kernel_s += t.pop("total")
+            for name, value in t.items():
+                terms[name] += value
+    else:  # elementwise kernels of the teaching and fusion studies: bytes at copy bandwidth
+        kernel_s = config.elementwise_bytes / (gpu.ceilings.dram_gbps * 1e9)
+        kernel_s += k.dram_latency_ns * 1e-9 * max(1, config.launches)
+        terms["dram"] = kernel_s
+    kernel_s += launch_s
+    terms["launch"] = launch_s
+    host_s = {"kernel": 0.0, "public": k.host_public_us, "autograd": k.host_autograd_us,
+              "peer": k.host_peer_us}[config.host] * 1e-6
+    terms["host"] = host_s
+    total = max(kernel_s, host_s)
+    if host_s >= kernel_s:
+        bound = "host"
+    else:
+        candidates = {n: terms[n] for n in BOUNDS if n != "host"}
+        bound = max(candidates, key=candidates.get)
+    return Prediction(ms=total * 1e3, bound=bound, breakdown={n: v * 1e3 for n, v in terms.items()})
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# From recorded rows to configurations (no times)
+# ------------------------------------------------------------------------------------------------------------------
+
+def _num(value, default=None):
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(out) else out
+
+
+def _json(value):
+    if isinstance(value, str) and value.strip():
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def _resident(n_regs, shared, num_warps, recorded=None) -> int:
+    if recorded:
+        return max(1, int(recorded))
+    try:
+        return max(1, occupancy_of_counts(int(min(255, n_regs)), int(shared or 0), int(num_warps)).blocks_per_sm)
+    except (ValueError, TypeError):
+        return 1
+
+
+def _loss_passes(row: dict, launch: dict, plan: dict, gpu: Gpu) -> list[KernelPass]:
+    """The passes of one loss kernel launch from its recorded compile counts and plan."""
+    tokens, vocab = int(row["tokens"]), int(row["vocab"])
+    db = _DTYPE_BYTES.get(row["dtype"], 2)
+    counts = LOSS_COUNTS.get((row["loss"], row["target_format"]))
+    inputs = counts.inputs_per_element if counts else 1
+    elements = float(tokens) * vocab
+    name = str(launch.get("name", ""))
+    block = int(_num(launch.get("block_size"), 0) or _num(plan.get("block_size"), 0) or min(vocab, 65536))
+    warps = int(_num(launch.get("num_warps"), 0) or _num(plan.get("num_warps"), 4))
+    regs = _num(launch.get("n_regs"), 128)
+    resident = _resident(regs, launch.get("shared_bytes"), warps, _num(launch.get("blocks_per_sm")))
+    spill = int(_num(launch.get("spill_bytes"), 0) or 0)
+    grid = launch.get("grid") or [tokens]
+    programs = int(np.prod(grid))
+    row_bytes = vocab * inputs * db
+    out_bytes = elements * db + tokens * 4
+    if "split_row" in name or plan.get("variant") == "split_row" and "fused" not in name:
+        chunks = int(_num(plan.get("num_chunks"), 0) or math.ceil(vocab / block))
+        programs = int(_num(plan.get("programs"), 0) or programs)
+        return [KernelPass(name or "split_row", programs, block, warps, resident,
+                           steps=tokens * chunks / programs, load_bytes_per_step=block * inputs * db,
+                           dram_bytes=elements * inputs * db + out_bytes, l2_bytes=elements * inputs * db,
+                           elements=elements, inputs=inputs, spill_bytes=spill)]
+    if name == "two_pass.stats":
+        return [KernelPass(name, programs, block, warps, resident, steps=math.ceil(vocab / block),
+                           load_bytes_per_step=block * inputs * db, dram_bytes=elements * inputs * db + tokens * 8,
+                           elements=elements, inputs=inputs, spill_bytes=spill)]
+    if name == "two_pass.grad":
+        tile = math.ceil(vocab / max(1, programs // tokens))
+        return [KernelPass(name, programs, tile, warps, resident, steps=1, load_bytes_per_step=tile * inputs * db,
+                           dram_bytes=elements * inputs * db + out_bytes, elements=elements, inputs=inputs,
+                           spill_bytes=spill)]
+    # one program per row (fused, the resident row, the #497 kernels, Fast-LLM's): one loop, or two over the row
+    tiles = math.ceil(vocab / block)
+    if name == "fused.resident" or plan.get("resident") or tiles == 1:
+        return [KernelPass(name or "row", programs, min(block, vocab) if tiles == 1 else block, warps, resident,
+                           steps=tiles, load_bytes_per_step=min(block, vocab) * inputs * db,
+                           dram_bytes=elements * inputs * db + out_bytes, elements=elements, inputs=inputs,
+                           spill_bytes=spill)]
+    in_l2 = resident * gpu.sm_count * row_bytes < gpu.l2_bytes / 2
+    reread = elements * inputs * db
+    return [KernelPass(name or "row", programs, block, warps, resident, steps=2 * tiles,
+                       load_bytes_per_step=block * inputs * db,
+                       dram_bytes=elements * inputs * db + out_bytes + (0 if in_l2 else reread),
+                       l2_bytes=reread if in_l2 else 0.0, elements=2 * elements, inputs=inputs, spill_bytes=spill)]
+
+
+def _host_of(row: dict) -> str:
+    return {"public": "public", "public_autograd": "autograd", "fast_llm": "peer"}.get(row["variant"], "kernel")
+
+
+def _cell(row: dict) -> tuple:
+    return (row["study"], row["loss"], row["target_format"], row["dtype"], int(row["tokens"]), int(row["vocab"]))
+
+
+def _launches_of(row: dict, plan_rows: dict) -> list[dict]:
+    launches = _json(row.get("passes")) or []
+    if launches:
+        return launches
+    if row["variant"] in ("public", "public_autograd") and _cell(row) in plan_rows:
+        return plan_rows[_cell(row)]
+    plan = _json(row.get("plan_config")) or {}
+    maxnreg = (plan.get("options") or {}).get("maxnreg")
+    if plan.get("variant") == "split_row":
+        return [{"name": "split_row.lagged", "block_size": plan.get("block_size"), "num_warps": plan.get("num_warps"),
+                 "n_regs": maxnreg or 128, "shared_bytes": 48}]
+    if plan.get("variant") == "fused":
+        resident = (plan.get("options") or {}).get("resident")
+        return [{"name": "fused.resident" if resident else "fused", "block_size": plan.get("block_size"),
+                 "num_warps": plan.get("num_warps"), "n_regs": maxnreg or 64, "shared_bytes": 64,
+                 "grid": [int(row["tokens"])]}]
+    if not math.isnan(_num(row.get("n_regs"), math.nan)):
+        return [{"name": row["variant"], "block_size": _num(row.get("block_size")), "num_warps": _num(row.get("num_warps")),
+                 "n_regs": row["n_regs"], "shared_bytes": _num(row.get("shared_bytes"), 0),
+                 "blocks_per_sm": _num(row.get("blocks_per_sm")), "spill_bytes": _num(row.get("spill_bytes"), 0),
+                 "grid": [int(row["tokens"])]}]
+    return []
+
+
+def config_from_row(row: dict, gpu: Gpu, plan_rows: dict | None = None) -> LaunchConfig | None:
+    """A ``LaunchConfig`` from one recorded row (only ``CONFIG_COLUMNS`` are read), or None if it cannot be modelled."""
+    row = {c: row.get(c) for c in CONFIG_COLUMNS}
+    base = dict(study=row["study"], config_key=row["config_key"], loss=row["loss"],
+                target_format=str(row["target_format"]), variant=row["variant"], dtype=row["dtype"],
+                tokens=int(_num(row["tokens"], 1)), vocab=int(_num(row["vocab"], 1)))
+    if row["study"] in _ELEMENTWISE:
+        if row["variant"] in ("torch_naive",):
+            nbytes = _num(row.get("naive_bytes"), 0) or _num(row["bytes_min"], 0)
+        else:
+            nbytes = _num(row["bytes_min"], 0)
+        n_kernels = int(_num(row.get("n_kernels"), 1) or 1)
+        return LaunchConfig(**base, launches=n_kernels, elementwise_bytes=nbytes * n_kernels)
+    if row["variant"] in _UNMODELED or (row["loss"], row["target_format"]) not in LOSS_COUNTS:
+        return None
+    plan = _json(row.get("plan_config")) or {}
+    launches = _launches_of(row, plan_rows or {})
+    if not launches:
+        return None
+    passes = []
+    for launch in launches:
+        passes.extend(_loss_passes(base, launch, plan, gpu))
+    return LaunchConfig(**base, passes=tuple(passes), host=_host_of(row), launches=len(launches))
+
+
+def _read_rows(folder: Path, study: str) -> pd.DataFrame:
+    path = folder / f"{study}.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    frame = pd.read_csv(path, low_memory=False)
+    if "study" not in frame.columns:
+        frame["study"] = study
+    if "status" in frame.columns:
+        frame = frame[frame["status"].fillna("ok") == "ok"]
+    variants = STUDIES[study]
+    if variants is not None:
+        frame = frame[frame["variant"].isin(variants)]
+    return frame
+
+
+def load_configurations(folder, gpu: Gpu | None = None) -> list[LaunchConfig]:
+    """Every modellable recorded configuration of ``folder``, built from non-time columns only."""
+    folder = Path(folder)
+    gpu = gpu or gpu_from_folder(folder)
+    configs = []
+    for study in STUDIES:
+        frame = _read_rows(folder, study)
+        if frame.empty:
+            continue
+        records = [{c: r.get(c) for c in CONFIG_COLUMNS} for r in frame.to_dict("records")]
+        plan_rows = {_cell(r): _json(r["passes"]) for r in records
+                     if r["variant"] == "plan" and _json(r.get("passes"))}
+        for r in records:
+            cfg = config_from_row(r, gpu, plan_rows)
+            if cfg is not None:
+                configs.append(cfg)
+    return configs
+
+
+def half_of(config_key: str) -> int:
+    """0 or 1: the fitting half of a configuration (a hash of its key, stable across runs)."""
+    return hashlib.sha256(config_key.encode()).digest()[0] & 1
+
+
+def _measured(folder: Path) -> dict:
+    out = {}
+    for study in STUDIES:
+        frame = _read_rows(folder, study)
+        for r in frame[["study", "config_key", "ms_median"]].itertuples(index=False) if not frame.empty else ():
+            out.setdefault((r.study, r.config_key), []).append(r.ms_median)
+    return out
+
+
+def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
+    """One row per modellable recorded configuration: the measured and predicted times, the bound, the terms."""
+    folder = Path(folder)
+    gpu = gpu_from_folder(folder)
+    configs = load_configurations(folder, gpu)
+    measured = _measured(folder)
+    seen: dict = {}
+    rows = []
+    for cfg in configs:
+        key = (cfg.study, cfg.config_key)
+        i = seen.get(key, 0)
+        seen[key] = i + 1
+        times = measured.get(key, [])
+        pred = predict(cfg, gpu, constants)
+        rows.append({"study": cfg.study, "config_key": cfg.config_key,
+                     "measured_ms": times[i] if i < len(times) else math.nan,
+                     "predicted_ms": pred.ms, "bound": pred.bound, "loss": cfg.loss, "variant": cfg.variant,
+                     "tokens": cfg.tokens, "vocab": cfg.vocab, "half": half_of(cfg.config_key),
+                     **{f"{n}_ms": v for n, v in pred.breakdown.items()}})
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["abs_rel_err"] = (frame["predicted_ms"] / frame["measured_ms"] - 1).abs()
+    return frame
+
+
+def _spearman(a: pd.Series, b: pd.Series) -> float:
+    ra, rb = a.rank(), b.rank()
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median and 90th percentile of the absolute relative error, and the median Spearman rank correlation
+    inside each sweep (same study, loss, vocab and tokens, at least 5 configurations), per study and overall."""
+    out = []
+    groups = [("all", frame)] + list(frame.groupby("study"))
+    for name, g in groups:
+        rhos = [_spearman(s["measured_ms"], s["predicted_ms"])
+                for _, s in g.groupby(["study", "loss", "vocab", "tokens"]) if len(s) >= 5]
+        rhos = [r for r in rhos if not math.isnan(r)]
+        out.append({"study": name, "n": len(g), "median_err": g["abs_rel_err"].median(),
+                    "p90_err": g["abs_rel_err"].quantile(0.9), "sweeps": len(rhos),
+                    "median_spearman": float(np.median(rhos)) if rhos else math.nan})
+    return pd.DataFrame(out)
+
+
+def plain_roofline_ms(folder) -> pd.Series:
+    """The baseline: minimal bytes over the measured copy bandwidth, per configuration of ``check``."""
+    folder = Path(folder)
+    gpu = gpu_from_folder(folder)
+    rows = []
+    for study in STUDIES:
+        frame = _read_rows(folder, study)
+        if not frame.empty:
+            rows.append(frame[["study", "config_key", "bytes_min"]])
+    table = pd.concat(rows)
+    return table.assign(roofline_ms=table["bytes_min"] / (gpu.ceilings.dram_gbps * 1e9) * 1e3)
+
+
+__all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
+           "check", "config_from_row", "gpu_from_folder", "half_of", "load_configurations", "plain_roofline_ms",
+           "fit_half", "predict", "summarize"]
+
+
+def _errors(configs, measured, gpu, constants) -> np.ndarray:
+    pred = np.array([predict(c, gpu, constants).ms for c in configs])
+    return np.abs(pred / measured - 1)
+
+
+def fit_half(folder, half: int = 0, start: ModelConstants = DEFAULT_CONSTANTS, rounds: int = 4) -> ModelConstants:
+    """Constants fitted on one half of ``folder``'s configurations (``half_of``): coordinate descent on each
+    constant over multiplicative steps, minimising the median plus the 90th percentile of the relative error, averaged over the studies.
+    How the frozen ``DEFAULT_CONSTANTS`` were obtained (H100, half 0); reported on the other half by ``check``."""
+    folder = Path(folder)
+    frame = check(folder, start)
+    gpu = gpu_from_folder(folder)
+    configs = load_configurations(folder, gpu)
+    keep = [i for i, c in enumerate(configs) if half_of(c.config_key) == half and not math.isnan(frame["measured_ms"][i])]
+    configs = [configs[i] for i in keep]
+    measured = frame["measured_ms"].to_numpy()[keep]
+
+    studies = np.array([c.study for c in configs])
+
+    def score(k):  # every study weighs the same: the vocab sweep's 700 rows must not drown the ablation's 13
+        err = _errors(configs, measured, gpu, k)
+        return float(np.mean([np.median(err[studies == s]) + np.quantile(err[studies == s], 0.9)
+                              for s in sorted(set(studies))]))
+
+    best, best_score = start, score(start)
+    for _ in range(rounds):
+        for name in asdict(start):
+            for factor in (0.5, 0.7, 0.85, 0.93, 1.07, 1.18, 1.4, 2.0):
+                trial = replace(best, **{name: getattr(best, name) * factor})
+                s = score(trial)
+                if s < best_score:
+                    best, best_score = trial, s
+    return best

@@ -1,0 +1,87 @@
+"""The performance model (perfutils.model.predict): CPU only, a few seconds."""
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfutils.cli import main
+from perfutils.model.predict import BOUNDS, Gpu, KernelPass, LaunchConfig, check, predict
+from perfutils.model.roofline import Ceilings
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
+TIME_COLUMNS = ("ms_median", "ms_p20", "ms_p80", "host_us_per_call", "host_us_min", "compile_ms", "wall_ms",
+                "autotune_ms")
+
+
+def _small_folder(tmp_path: Path, scale: float = 1.0) -> Path:
+    """A copy of a few studies' first rows (and the ceilings), every recorded time multiplied by ``scale``."""
+    out = tmp_path / f"gpu-{scale}"
+    out.mkdir()
+    shutil.copy(DATA / "ceilings.csv", out)
+    shutil.copy(DATA / "ceilings.json", out)
+    for study in ("blocksize_sweep", "vocab_sweep", "case_497_ablation", "fusion"):
+        frame = pd.read_csv(DATA / f"{study}.csv", low_memory=False)
+        frame = frame.groupby("variant", group_keys=False).head(12)
+        for column in TIME_COLUMNS:
+            if column in frame.columns:
+                frame[column] = frame[column] * scale
+        frame.to_csv(out / f"{study}.csv", index=False)
+    return out
+
+
+def test_predictions_use_no_recorded_time(tmp_path):
+    plain = check(_small_folder(tmp_path, 1.0))
+    scaled = check(_small_folder(tmp_path, 3.7))
+    assert len(plain) > 40
+    pd.testing.assert_series_equal(plain["predicted_ms"], scaled["predicted_ms"])
+    pd.testing.assert_series_equal(plain["bound"], scaled["bound"])
+    assert (scaled["measured_ms"] / plain["measured_ms"]).round(6).eq(3.7).all()
+
+
+def test_bounds_come_from_a_closed_set(tmp_path):
+    frame = check(_small_folder(tmp_path))
+    assert set(frame["bound"]) <= set(BOUNDS)
+    assert (frame["predicted_ms"] > 0).all()
+
+
+GPU = Gpu(Ceilings(dram_gbps=3000.0, l2_gbps=7600.0, fp32_tflops=61.0, exp2_tops=4.1))
+
+
+def _config(dram_bytes: float, spill: int = 0, resident: int = 4) -> LaunchConfig:
+    kp = KernelPass("split_row", programs=528, tile=4096, num_warps=4, resident=resident, steps=31.0,
+                    load_bytes_per_step=16384, dram_bytes=dram_bytes, l2_bytes=dram_bytes / 3,
+                    elements=4096 * 32000, inputs=2, spill_bytes=spill)
+    return LaunchConfig("synthetic", "k", "plan", "forward_kl", "logits", 4096, 32000, "bf16", passes=(kp,))
+
+
+@pytest.mark.parametrize("resident", [1, 4])
+def test_more_bytes_is_never_faster(resident):
+    times = [predict(_config(b, resident=resident), GPU).ms for b in (1e8, 3e8, 8e8, 2e9, 6e9)]
+    assert times == sorted(times)
+    assert predict(_config(8e8, spill=512), GPU).ms >= predict(_config(8e8), GPU).ms
+
+
+def test_fewer_resident_programs_is_never_faster():
+    assert predict(_config(8e8, resident=1), GPU).ms >= predict(_config(8e8, resident=4), GPU).ms
+
+
+def test_host_floor_binds_short_kernels():
+    short = replace(_config(1e6), host="autograd")
+    assert predict(short, GPU).bound == "host"
+
+
+def test_cli_on_a_tiny_folder(tmp_path, capsys):
+    folder = _small_folder(tmp_path)
+    out = tmp_path / "predictions.csv"
+    assert main(["predict", "--check", str(folder), "--out", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert {"study", "config_key", "measured_ms", "predicted_ms", "bound"} <= set(frame.columns)
+    assert "median_err" in capsys.readouterr().out
+
+
+def test_cli_refuses_an_empty_folder(tmp_path):
+    shutil.copy(DATA / "ceilings.csv", tmp_path)
+    assert main(["predict", "--check", str(tmp_path)]) == 2
