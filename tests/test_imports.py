@@ -207,6 +207,16 @@ def test_figures_neither_compile_nor_import_kernels():
     assert not arrows, "figures that compile or import kernels:\n" + "\n".join(arrows)
 
 
+def test_measurement_draws_nothing():
+    """perfutils.measure records data; figures and tables of it are perfutils.plots' (which may read measure's data
+    files), never the reverse."""
+    graph, _ = import_graph()
+    arrows = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                    if module.startswith("perfutils.measure") for target in targets
+                    if target.startswith("perfutils.plots"))
+    assert not arrows, "measurement modules importing figures:\n" + "\n".join(arrows)
+
+
 def test_the_product_imports_and_runs_without_the_lab(tmp_path):
     """``import kernels`` and a call, in a process where perfutils cannot be imported at all."""
     import subprocess

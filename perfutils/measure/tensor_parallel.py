@@ -454,7 +454,8 @@ def _run(rank, world_size, group, device, args) -> None:
         else:
             print(f"done: every configuration of the grid is in {store.path}", flush=True)
         if store.exists():
-            _print_summary(store.path)
+            print(f"summary: python3 -c 'from perfutils.plots.tensor_parallel import print_summary; "
+                  f"print_summary(\"{store.path}\")'", flush=True)
 
 
 def _measure_shape(rank, world_size, group, device, tokens, vocab, todo, copy_gbps, fast_llm, args) -> list:
@@ -528,22 +529,6 @@ def _measure_shape(rank, world_size, group, device, tokens, vocab, todo, copy_gb
 
 def _fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def _print_summary(path) -> None:
-    """The recorded step times against tp=1, and issue 16's acceptance per shape (symmetric design)."""
-    import pandas as pd
-
-    from ..plots import tensor_parallel as tpp
-    from .records import load_records
-
-    df = load_records(path)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(tpp.time_table(df).round(3).to_string(index=False))
-        verdict = tpp.acceptance(df)
-        print(f"acceptance (tp2-symmetric <= {tpp.TARGET_RATIO} x tp1, <= Fast-LLM's tp2 where measured): "
-              f"met on {int(verdict['met'].sum())} of {len(verdict)} shapes")
-        print(verdict.round(3).to_string(index=False))
 
 
 def _topology() -> str | None:

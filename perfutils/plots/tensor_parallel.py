@@ -141,3 +141,17 @@ def communication_table(df: pd.DataFrame) -> pd.DataFrame:
     out = data[columns].copy()
     out["exchange_share_of_dram"] = (out["bytes_sent"] + out["bytes_received"]) / out["bytes_dram_model"]
     return out.sort_values(SHAPE + ["variant"]).reset_index(drop=True)
+
+
+def print_summary(path) -> None:
+    """Print a recorded study's step times against tp=1 and issue 16's acceptance per shape (symmetric design): what
+    the collection script shows after a run."""
+    from ..measure.records import load_records
+
+    df = load_records(path)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(time_table(df).round(3).to_string(index=False))
+        verdict = acceptance(df)
+        print(f"acceptance (tp2-symmetric <= {TARGET_RATIO} x tp1, <= Fast-LLM's tp2 where measured): "
+              f"met on {int(verdict['met'].sum())} of {len(verdict)} shapes")
+        print(verdict.round(3).to_string(index=False))
