@@ -450,15 +450,26 @@ def _spearman(a: pd.Series, b: pd.Series) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+SWEEP_KEYS = ("study", "loss", "vocab", "tokens")  # a sweep: the configurations of one problem
+MIN_SWEEP = 5  # configurations a sweep needs for its rank correlation to count
+
+
+def sweep_spearman(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per sweep (``SWEEP_KEYS``, at least ``MIN_SWEEP`` configurations) of a ``check`` frame: its size
+    and the Spearman rank correlation of predicted and measured times (sweeps of equal ranks are left out)."""
+    rows = [dict(zip(SWEEP_KEYS, key), n=len(s), spearman=_spearman(s["measured_ms"], s["predicted_ms"]))
+            for key, s in frame.groupby(list(SWEEP_KEYS)) if len(s) >= MIN_SWEEP]
+    out = pd.DataFrame(rows, columns=[*SWEEP_KEYS, "n", "spearman"])
+    return out[out["spearman"].notna()].reset_index(drop=True)
+
+
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and 90th percentile of the absolute relative error, and the median Spearman rank correlation
-    inside each sweep (same study, loss, vocab and tokens, at least 5 configurations), per study and overall."""
+    inside each sweep (``sweep_spearman``), per study and overall."""
     out = []
     groups = [("all", frame)] + list(frame.groupby("study"))
     for name, g in groups:
-        rhos = [_spearman(s["measured_ms"], s["predicted_ms"])
-                for _, s in g.groupby(["study", "loss", "vocab", "tokens"]) if len(s) >= 5]
-        rhos = [r for r in rhos if not math.isnan(r)]
+        rhos = sweep_spearman(g)["spearman"].tolist()
         out.append({"study": name, "n": len(g), "median_err": g["abs_rel_err"].median(),
                     "p90_err": g["abs_rel_err"].quantile(0.9), "sweeps": len(rhos),
                     "median_spearman": float(np.median(rhos)) if rhos else math.nan})
@@ -480,7 +491,7 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "check", "config_from_row", "gpu_from_folder", "half_of", "load_configurations", "plain_roofline_ms",
-           "fit_half", "predict", "summarize"]
+           "fit_half", "predict", "summarize", "sweep_spearman"]
 
 
 def _errors(configs, measured, gpu, constants) -> np.ndarray:

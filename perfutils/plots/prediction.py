@@ -1,0 +1,218 @@
+"""Figures and tables of notebook 11 (how good the performance model is).
+
+Functions of the frame :func:`perfutils.model.predict.check` returns (one row per recorded configuration: measured
+and predicted ms, the bound, the time of every term): :func:`plot_predicted_vs_measured` (log-log, one panel per
+study, the y = x line and the goal bands), :func:`worst` (the configurations it misses most, with their breakdown),
+:func:`by_bound` (the error split by the limit the model says binds) and :func:`goal_table` (the goals, met or not).
+:func:`in_flight_sweep` asks the model what one configuration would run at with other resident programs and tiles
+(bytes in flight), :func:`plot_in_flight` draws it, against :func:`floor_ms`; :func:`sidecar_dates` are the days the studies were recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import NullFormatter
+
+from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, ModelConstants, predict, summarize,
+                             sweep_spearman)
+from ..model.roofline import loss_cost
+from .figures import check_frame
+
+__all__ = ["BOUND_COLORS", "by_bound", "floor_ms", "goal_table", "in_flight_sweep", "plot_in_flight",
+           "plot_predicted_vs_measured", "sidecar_dates", "worst"]
+
+_NEEDED = ("study", "measured_ms", "predicted_ms", "bound")
+BOUND_COLORS = {"dram": "#1f4e9c", "latency": "#d1495b", "waves": "#f28e2b", "l2": "#7b2d8b", "issue": "#8c564b",
+                "mufu": "#e377c2", "spills": "#2e933c", "host": "#edae49", "launch": "#8c8c8c"}
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def sidecar_dates(folder, studies) -> str | None:
+    """The days (UTC) the sidecars ``<folder>/<study>.json`` of ``studies`` were recorded: one day, or
+    "first to last"; None when none has a time."""
+    days = []
+    for study in sorted(set(studies)):
+        path = Path(folder) / f"{study}.json"
+        if path.is_file():
+            stamp = json.loads(path.read_text(encoding="utf-8")).get("timestamp_utc")
+            if stamp:
+                days.append(str(stamp)[:10])
+    if not days:
+        return None
+    days.sort()
+    return days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
+
+
+def _measured(frame: pd.DataFrame) -> pd.DataFrame:
+    check_frame(frame, _NEEDED, "frame")
+    return frame[frame["measured_ms"].notna() & (frame["measured_ms"] > 0)]
+
+
+def plot_predicted_vs_measured(frame: pd.DataFrame, *, bands=(0.10, 0.25), title: str = "",
+                               columns: int = 3) -> plt.Figure:
+    """Predicted against measured time (ms, log-log), one panel per study, coloured by the bound the model says
+    binds; the y = x line and shaded bands of ±``bands`` relative error (narrowest darkest)."""
+    data = _measured(frame)
+    studies = sorted(data["study"].unique())
+    if not studies:
+        raise ValueError("frame: no configuration with a measured time")
+    rows = math.ceil(len(studies) / columns)
+    ncols = min(columns, len(studies))
+    fig, axes = plt.subplots(rows, ncols, figsize=(4.1 * ncols, 3.7 * rows + 0.6), squeeze=False)
+    seen = {}
+    for ax, study in zip(axes.flat, studies):
+        part = data[data["study"] == study]
+        lo = min(part["measured_ms"].min(), part["predicted_ms"].min()) / 1.5
+        hi = max(part["measured_ms"].max(), part["predicted_ms"].max()) * 1.5
+        x = np.geomspace(lo, hi, 50)
+        for band, alpha in zip(sorted(bands, reverse=True), (0.14, 0.26, 0.38)):
+            ax.fill_between(x, x * (1 - band), x * (1 + band), color="#4c4c4c", alpha=alpha, lw=0,
+                            label=f"±{band:.0%}")
+        ax.plot(x, x, color="black", lw=0.8, label="predicted = measured")
+        for bound in BOUNDS:
+            points = part[part["bound"] == bound]
+            if len(points):
+                seen[bound] = ax.scatter(points["measured_ms"], points["predicted_ms"], s=11,
+                                         color=BOUND_COLORS[bound], alpha=0.75, lw=0, label=f"bound: {bound}")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+        for axis in (ax.xaxis, ax.yaxis):  # decades only: minor labels crowd a narrow range
+            axis.set_minor_formatter(NullFormatter())
+        err = part["abs_rel_err"] if "abs_rel_err" in part else (part["predicted_ms"] / part["measured_ms"] - 1).abs()
+        ax.set_title(f"{study} ({len(part)}; median error {err.median():.0%})", fontsize=9)
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    for ax in axes.flat[len(studies):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("measured time (ms)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("predicted time (ms)")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    keep = [(h, lab) for h, lab in zip(handles, labels) if not lab.startswith("bound:")]
+    keep += [(h, f"bound: {b}") for b, h in seen.items()]
+    fig.legend([h for h, _ in keep], [lab for _, lab in keep], loc="lower center", ncol=min(6, len(keep)),
+               fontsize=8, frameon=False, markerscale=1.6)
+    fig.suptitle("Predicted against measured time per configuration" + (f" · {title}" if title else ""),
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.07 if rows > 1 else 0.12, 1, 1))
+    return fig
+
+
+def worst(frame: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """The ``n`` configurations with the largest relative error: what they are, measured and predicted ms, the
+    bound, and the breakdown (each term's ms, the terms that are zero left out)."""
+    data = _measured(frame)
+    data = data.assign(err=(data["predicted_ms"] / data["measured_ms"] - 1).abs())
+    data = data.sort_values("err", ascending=False, kind="mergesort").head(n)
+    terms = [b for b in BOUNDS if f"{b}_ms" in data.columns]
+
+    def breakdown(row) -> str:
+        return " · ".join(f"{t} {row[f'{t}_ms']:.3g}" for t in terms if row[f"{t}_ms"] > 0)
+
+    columns = [c for c in ("study", "variant", "loss", "tokens", "vocab") if c in data.columns]
+    out = data[columns + ["measured_ms", "predicted_ms"]].copy()
+    out["error %"] = (data["predicted_ms"] / data["measured_ms"] - 1) * 100
+    out["bound"] = data["bound"]
+    out["breakdown (ms)"] = [breakdown(r) for _, r in data.iterrows()]
+    return out.reset_index(drop=True)
+
+
+def by_bound(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per bound the model names: how many configurations, their share, the median and p90 error (%) and the
+    median of predicted / measured (below 1: the model is too optimistic there)."""
+    data = _measured(frame)
+    err = (data["predicted_ms"] / data["measured_ms"] - 1).abs() * 100
+    ratio = data["predicted_ms"] / data["measured_ms"]
+    groups = data.groupby("bound")
+    out = pd.DataFrame({"configurations": groups.size(),
+                        "share %": groups.size() / len(data) * 100,
+                        "median error %": err.groupby(data["bound"]).median(),
+                        "p90 error %": err.groupby(data["bound"]).quantile(0.9),
+                        "median predicted / measured": ratio.groupby(data["bound"]).median()})
+    order = [b for b in BOUNDS if b in out.index]
+    return out.loc[order].rename_axis("bound")
+
+
+def goal_table(frames: dict, goals: list) -> pd.DataFrame:
+    """The goals, each met or not. ``frames``: GPU label -> ``check`` frame; ``goals``: (GPU label, metric,
+    target) with metric ``median`` or ``p90`` (of the relative error over all configurations, at most the
+    target), ``spearman`` (the median rank correlation over the sweeps, at least the target) or
+    ``spearman_every`` (the smallest one). The value is NaN, and the goal not met, when the GPU has no data."""
+    rows = []
+    for gpu, metric, target in goals:
+        frame = frames.get(gpu)
+        value = math.nan
+        if frame is not None and len(frame):
+            if metric in ("median", "p90"):
+                value = float(summarize(_measured(frame)).iloc[0][f"{metric}_err"])
+            else:
+                rhos = sweep_spearman(_measured(frame))["spearman"]
+                value = float(rhos.median() if metric == "spearman" else rhos.min()) if len(rhos) else math.nan
+        higher = metric.startswith("spearman")
+        met = (value >= target) if higher else (value <= target)
+        what = {"median": "median |error|", "p90": "p90 |error|", "spearman": "median Spearman over the sweeps",
+                "spearman_every": "smallest Spearman of a sweep"}[metric]
+        rows.append({"GPU": gpu, "goal": f"{what} {'≥' if higher else '≤'} {target:g}", "value": value,
+                     "met": bool(met) if not math.isnan(value) else False})
+    return pd.DataFrame(rows)
+
+
+def floor_ms(config: LaunchConfig, gpu: Gpu) -> float:
+    """The floor of ``config``'s problem: its minimal bytes (``loss_cost``) over the GPU's measured copy bandwidth."""
+    cost = loss_cost(config.loss, config.target_format, config.tokens, config.vocab, _DTYPE_BYTES.get(config.dtype, 2))
+    return cost.bytes / (gpu.ceilings.dram_gbps * 1e9) * 1e3
+
+
+def in_flight_sweep(config: LaunchConfig, gpu: Gpu, residents, tiles,
+                    constants: ModelConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
+    """What the model predicts for ``config`` (one pass) with ``resident`` programs per SM and tiles of ``tile``
+    elements instead of its own, as a persistent grid (one wave: ``resident`` x SMs programs stepping over the
+    same elements with the same warps and bytes, so the steps scale as 1 / (programs x tile)). One row per
+    (resident, tile): resident warps and bytes in flight per SM, predicted ms, % of copy (the minimal bytes over
+    the measured copy bandwidth, over the prediction) and the bound."""
+    if len(config.passes) != 1:
+        raise ValueError(f"config: expected one pass, got {len(config.passes)}")
+    kp = config.passes[0]
+    floor = floor_ms(config, gpu)
+    per_element = kp.load_bytes_per_step / kp.tile
+    work = kp.programs * kp.steps * kp.tile  # elements stepped over, all programs together
+    rows = []
+    for resident in residents:
+        for tile in tiles:
+            programs = int(resident) * gpu.sm_count
+            trial = replace(kp, programs=programs, resident=int(resident), tile=int(tile),
+                            load_bytes_per_step=per_element * tile, steps=work / (programs * tile))
+            pred = predict(replace(config, passes=(trial,)), gpu, constants)
+            rows.append({"resident": int(resident), "warps_per_sm": int(resident) * kp.num_warps, "tile": int(tile),
+                         "kb_in_flight_per_sm": int(resident) * per_element * tile / 1024,
+                         "predicted_ms": pred.ms, "pct_of_copy": floor / pred.ms * 100, "bound": pred.bound})
+    return pd.DataFrame(rows)
+
+
+def plot_in_flight(sweep: pd.DataFrame, *, target_pct: float = 90.0, title: str = "") -> plt.Figure:
+    """Predicted % of copy bandwidth against bytes in flight per SM (log2), one line per resident warps per SM
+    (a frame of :func:`in_flight_sweep`), with the target as a dashed line."""
+    check_frame(sweep, ("warps_per_sm", "kb_in_flight_per_sm", "pct_of_copy"), "sweep")
+    fig, ax = plt.subplots(figsize=(8.2, 4.6))
+    cmap = plt.get_cmap("viridis")
+    warps = sorted(sweep["warps_per_sm"].unique())
+    for i, w in enumerate(warps):
+        part = sweep[sweep["warps_per_sm"] == w].sort_values("kb_in_flight_per_sm")
+        ax.plot(part["kb_in_flight_per_sm"], part["pct_of_copy"], marker="o", ms=4,
+                color=cmap(i / max(1, len(warps) - 1)), label=f"{w} warps / SM")
+    ax.axhline(target_pct, color="#d1495b", ls="--", lw=1, label=f"{target_pct:g}% of copy")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("loads in flight per SM (KiB: resident programs × one tile of every input)")
+    ax.set_ylabel("predicted % of copy bandwidth")
+    ax.set_ylim(0, max(105.0, float(sweep["pct_of_copy"].max()) + 5))
+    ax.grid(True, lw=0.3, alpha=0.5)
+    ax.legend(fontsize=8, ncol=2, frameon=False, loc="lower right")
+    ax.set_title("What the model says a configuration needs" + (f" · {title}" if title else ""), fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,103 @@
+"""perfutils.plots.prediction (notebook 11's figures and tables) on a synthetic check frame, and the what-if on a
+synthetic configuration: CPU only, about a second."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from perfutils.model.predict import BOUNDS, Gpu, KernelPass, LaunchConfig  # noqa: E402
+from perfutils.model.roofline import Ceilings  # noqa: E402
+from perfutils.plots import prediction as pp  # noqa: E402
+from perfutils.plots.figures import save_figure  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def frame() -> pd.DataFrame:
+    """Shaped like perfutils.model.predict.check's frame (times invented for the test, not measurements)."""
+    rows = []
+    for study, scale in (("vocab_sweep", 1.0), ("blocksize_sweep", 1.3)):
+        for i in range(12):
+            measured = 0.1 * (i + 1)
+            predicted = measured * (scale if i % 3 else 0.9)
+            bound = "dram" if i % 4 else "latency"
+            rows.append({"study": study, "config_key": f"{study}-{i}", "measured_ms": measured,
+                         "predicted_ms": predicted, "bound": bound, "loss": "reverse_kl", "variant": "plan",
+                         "tokens": 4096, "vocab": 32768, **{f"{b}_ms": 0.0 for b in BOUNDS},
+                         "dram_ms": predicted * 0.9, "launch_ms": 0.003})
+    out = pd.DataFrame(rows)
+    return out.assign(abs_rel_err=(out["predicted_ms"] / out["measured_ms"] - 1).abs())
+
+
+def test_predicted_vs_measured_has_a_panel_per_study_with_units_and_is_deterministic(tmp_path):
+    fig = pp.plot_predicted_vs_measured(frame(), title="NVIDIA H100 · measured 2026-11-22")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in panels)
+    assert "(ms)" in panels[0].get_xlabel() and "(ms)" in panels[0].get_ylabel()
+    assert "2026-11-22" in fig._suptitle.get_text()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"±10%", "±25%", "predicted = measured", "bound: dram", "bound: latency"} <= set(legend)
+    first = save_figure(fig, tmp_path / "a", formats=("svg",), show=False)[0].read_bytes()
+    again = save_figure(pp.plot_predicted_vs_measured(frame(), title="NVIDIA H100 · measured 2026-11-22"),
+                        tmp_path / "b", formats=("svg",), show=False)[0].read_bytes()
+    assert first == again
+
+
+def test_predicted_vs_measured_refuses_a_frame_without_its_columns():
+    with pytest.raises(ValueError, match="measured_ms"):
+        pp.plot_predicted_vs_measured(frame().drop(columns=["measured_ms"]))
+    with pytest.raises(ValueError, match="no configuration"):
+        pp.plot_predicted_vs_measured(frame().assign(measured_ms=float("nan")))
+
+
+def test_worst_by_bound_and_goals_are_computed_from_the_frame():
+    data = frame()
+    worst = pp.worst(data, 3)
+    assert len(worst) == 3 and worst["error %"].abs().is_monotonic_decreasing
+    assert worst["error %"].abs().iloc[0] == pytest.approx(30.0)
+    assert "dram" in worst["breakdown (ms)"].iloc[0] and "spills" not in worst["breakdown (ms)"].iloc[0]
+    split = pp.by_bound(data)
+    assert list(split.index) == ["dram", "latency"] and split["configurations"].sum() == len(data)
+    assert split["share %"].sum() == pytest.approx(100.0)
+    goals = pp.goal_table({"H100": data}, [("H100", "median", 0.5), ("H100", "p90", 0.01),
+                                           ("H100", "spearman", 0.9), ("H200", "median", 0.15)])
+    assert goals["met"].tolist() == [True, False, True, False]  # a GPU without data meets nothing
+    assert goals["value"].iloc[0] == pytest.approx(data["abs_rel_err"].median())
+
+
+def test_in_flight_sweep_and_its_figure():
+    gpu = Gpu(Ceilings(dram_gbps=3000.0, l2_gbps=7600.0, fp32_tflops=61.0, exp2_tops=4.1))
+    kp = KernelPass("split_row", programs=512, tile=4096, num_warps=4, resident=4, steps=256.0,
+                    load_bytes_per_step=16384, dram_bytes=3.2e9, l2_bytes=2.1e9, elements=4096 * 131072, inputs=2)
+    config = LaunchConfig("vocab_sweep", "k", "plan", "reverse_kl", "logits", 4096, 131072, "bf16", passes=(kp,))
+    sweep = pp.in_flight_sweep(config, gpu, [1, 4], [1024, 4096, 16384])
+    assert len(sweep) == 6 and set(sweep["warps_per_sm"]) == {4, 16}
+    assert (sweep["pct_of_copy"] > 0).all() and (sweep["pct_of_copy"] <= 100).all()
+    one = sweep[sweep["resident"] == 1].sort_values("tile")["pct_of_copy"]
+    assert one.is_monotonic_increasing  # more bytes in flight is never slower
+    assert sweep.loc[(sweep["resident"] == 4) & (sweep["tile"] == 4096), "kb_in_flight_per_sm"].item() == 64
+    fig = pp.plot_in_flight(sweep, target_pct=90, title="H100 · predicted")
+    ax = fig.axes[0]
+    assert "KiB" in ax.get_xlabel() and "%" in ax.get_ylabel()
+    assert any(line.get_ydata()[0] == 90 for line in ax.get_lines())
+
+
+def test_sidecar_dates(tmp_path):
+    for study, stamp in (("a", "2026-11-22T13:00:00Z"), ("b", "2026-11-26T15:00:00Z")):
+        (tmp_path / f"{study}.json").write_text(json.dumps({"timestamp_utc": stamp}))
+    assert pp.sidecar_dates(tmp_path, ["a", "b", "a"]) == "2026-11-22 to 2026-11-26"
+    assert pp.sidecar_dates(tmp_path, ["a"]) == "2026-11-22"
+    assert pp.sidecar_dates(tmp_path, ["missing"]) is None
