@@ -4,8 +4,9 @@ What a person does after ``make lab``, done by headless Chromium (Debian's ``chr
 Python ``playwright`` package; no browser download): start JupyterLab on 127.0.0.1 (a free port, a
 random token) with the project's ``python3`` kernel, open ``notebooks/04_occupancy_explorer.ipynb``,
 Run > Run All Cells, then move the explorer's "regs/thread" slider and pick another compute capability
-in its "cc" dropdown. After each change the explorer's text must be what ``perfutils.model.occupancy`` gives
-for the values the widgets now show (and the blocks per SM must actually change).
+in its "cc" dropdown. After each change the explorer's text must be what ``perfutils.model.occupancy`` and the
+performance model give for the values the widgets now show (the blocks per SM and the predicted time must actually
+change).
 
 Skipped when no Chromium is found (``$CHROMIUM``, ``chromium`` on PATH, /usr/bin/chromium) or
 playwright is not installed. Everything is bounded: each browser action, the server start and the
@@ -20,6 +21,7 @@ unchanged afterwards), and the browser may only reach 127.0.0.1 (anything else i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -195,6 +197,23 @@ def explorer_state(page) -> dict:
             "regs": readout("regs/thread"), "shared_kib": readout("shared KiB")}
 
 
+@functools.lru_cache(maxsize=1)
+def explorer_what_if() -> dict:
+    """The kernel notebook 04's explorer predicts for (its parameters cell's defaults), as the notebook builds it."""
+    import ast
+
+    import perfutils.plots.occupancy as pocc
+
+    cells = json.loads((REPO / NOTEBOOK).read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    params = {node.targets[0].id if isinstance(node, ast.Assign) else node.target.id: ast.literal_eval(node.value)
+              for node in ast.parse(source).body if isinstance(node, (ast.Assign, ast.AnnAssign))}
+    return pocc.explorer_what_if(REPO / params["DATA_DIR"] / params["GPU_SLUG"], loss=params["LOSS"],
+                                 target_format=params["TARGET_FORMAT"], variant=params["VARIANT"],
+                                 vocab=params["VOCAB"], block_size=params["BLOCK_SIZE"],
+                                 num_warps=params["NUM_WARPS"], tokens=params["TOKENS"])
+
+
 def explorer_occupancy(state: dict):
     """The explorer's own call (notebook 04's ``show``) for these widget values, run here."""
     from perfutils.model.occupancy import occupancy
@@ -205,12 +224,12 @@ def explorer_occupancy(state: dict):
 
 
 def expected_text(state: dict) -> str:
-    """What the explorer must print for these widget values."""
+    """What the explorer must print for these widget values: the occupancy, the tutorial formula and the model's
+    prediction (perfutils.plots.occupancy.explorer_text, the notebook's own call)."""
     import perfutils.plots.occupancy as pocc
 
-    naive = pocc.triton_tutorial_blocks_per_sm(max(state["regs"], 1), state["threads"] // 32,
-                                               state["shared_kib"] * 1024, state["cc"])
-    return pocc.describe_occupancy(explorer_occupancy(state)) + f"\nTriton tutorial formula: {naive} blocks/SM"
+    return pocc.explorer_text(state["cc"], state["threads"], state["regs"], state["shared_kib"] * 1024,
+                              explorer_what_if())
 
 
 def normalized(text: str) -> str:
@@ -278,6 +297,9 @@ def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
             shown = wait_for_explorer_text(page, expected_text(after))
             assert normalized(shown) == normalized(expected_text(after)), shown
             assert f"blocks/SM: {explorer_occupancy(after).blocks_per_sm} " in shown and f"{regs} registers/thread" in shown
+            # The knob moved the prediction: the model's line is another one (programs per SM changed).
+            model_line = lambda text: next(line for line in text.splitlines() if line.startswith("model ("))
+            assert model_line(shown) != model_line(expected_text(before)), shown
 
             # Another compute capability from the dropdown: the SM limits change with it.
             page.locator(".widget-dropdown select").select_option("8.6")
@@ -285,7 +307,7 @@ def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
             assert other["cc"] == "8.6"
             shown = wait_for_explorer_text(page, expected_text(other))
             assert normalized(shown) == normalized(expected_text(other)), shown
-            assert shown.startswith("sm_86:")
+            assert shown.startswith("sm_86:") and "ceilings recorded for sm_90 only" in shown
 
             if os.environ.get("LAB_BROWSER_SCREENSHOT"):
                 slider(page, "regs/thread").scroll_into_view_if_needed()

@@ -85,3 +85,24 @@ def test_cli_on_a_tiny_folder(tmp_path, capsys):
 def test_cli_refuses_an_empty_folder(tmp_path):
     shutil.copy(DATA / "ceilings.csv", tmp_path)
     assert main(["predict", "--check", str(tmp_path)]) == 2
+
+
+def test_a_launch_described_by_hand_is_predicted_and_explained():
+    """predict_launch / what_if_registers (notebook 04's what-if): every register count gives a time and a known
+    bound, and the programs per SM follow the registers; the explorer's text carries the model's line on sm_90 and
+    says why not elsewhere."""
+    import perfutils.plots.occupancy as pocc
+    from perfutils.model.predict import gpu_from_folder, what_if_registers
+
+    gpu = gpu_from_folder(DATA)
+    kernel = dict(loss="reverse_kl", target_format="logits", tokens=4096, vocab=32768, variant="fused",
+                  block_size=8192, num_warps=8, shared_bytes=64)
+    frame = what_if_registers(gpu, range(32, 256, 16), **kernel)
+    assert set(frame["bound"]) <= set(BOUNDS) and (frame["predicted_ms"] > 0).all()
+    # more registers never fit more programs; the time may go either way (fewer resident rows re-read from L2)
+    assert frame["blocks_per_sm"].is_monotonic_decreasing and frame["blocks_per_sm"].nunique() > 1
+    what_if = dict(gpu=gpu, **{k: v for k, v in kernel.items() if k not in ("num_warps", "shared_bytes")},
+                   spill_bytes=0)
+    text = pocc.explorer_text("9.0", 256, 64, 64, what_if)
+    assert text.splitlines()[-1].startswith("model (") and "% of copy, bound: " in text
+    assert pocc.explorer_text("8.6", 256, 64, 64, what_if).splitlines()[-1].startswith("model: ceilings recorded")

@@ -42,7 +42,7 @@ import pandas as pd
 
 from kernels.occupancy import occupancy_of_counts
 
-from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records
+from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
 
@@ -233,6 +233,48 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
         candidates = {n: terms[n] for n in BOUNDS if n != "host"}
         bound = max(candidates, key=candidates.get)
     return Prediction(ms=total * 1e3, bound=bound, breakdown={n: v * 1e3 for n, v in terms.items()})
+
+
+def predict_launch(gpu: Gpu, *, loss: str, target_format: str, tokens: int, vocab: int, variant: str,
+                   block_size: int, num_warps: int, n_regs: int, shared_bytes: int = 0, spill_bytes: int = 0,
+                   dtype: str = "bf16", constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
+    """The prediction for one loss-kernel launch described by hand (notebook 04's explorer, a what-if): ``variant``
+    "fused" (one program per row), "split_row" (chunks of ``block_size`` columns) or "two_pass.stats" /
+    "two_pass.grad", with the compile counts given; programs per SM from the exact occupancy of those counts."""
+    row = dict(study="what-if", config_key="", loss=loss, target_format=target_format, variant=variant,
+               dtype=dtype, tokens=int(tokens), vocab=int(vocab))
+    launch = {"name": variant, "block_size": block_size, "num_warps": num_warps, "n_regs": n_regs,
+              "shared_bytes": shared_bytes, "spill_bytes": spill_bytes, "grid": [int(tokens)]}
+    plan = {"variant": variant.split(".")[0], "block_size": block_size, "num_warps": num_warps}
+    passes = tuple(_loss_passes(row, launch, plan, gpu))
+    return predict(LaunchConfig(**row, passes=passes), gpu, constants)
+
+
+def describe_prediction(prediction: Prediction, gpu: Gpu, *, loss: str, target_format: str, tokens: int,
+                        vocab: int, dtype: str = "bf16") -> str:
+    """One line: the predicted time, the bandwidth its minimal bytes imply against the GPU's copy bandwidth, and the
+    limit that binds (what the explorer prints under its occupancy)."""
+    minimal = loss_cost(loss, target_format, int(tokens), int(vocab), _DTYPE_BYTES.get(dtype, 2)).bytes
+    gbps = minimal / (prediction.ms * 1e-3) / 1e9
+    return (f"model ({gpu.name or 'this GPU'}'s ceilings, {loss}/{target_format} {tokens} x {vocab} {dtype}): "
+            f"{prediction.ms:.3f} ms, {gbps:.0f} GB/s = {100 * gbps / gpu.ceilings.dram_gbps:.0f}% of copy, "
+            f"bound: {prediction.bound}")
+
+
+def what_if_registers(gpu: Gpu, registers, **launch) -> pd.DataFrame:
+    """:func:`predict_launch` over registers per thread (the rest of ``launch`` held): one row per value with the
+    programs per SM they allow, the predicted time, % of copy bandwidth (minimal bytes) and the bound."""
+    rows = []
+    minimal = loss_cost(launch["loss"], launch["target_format"], int(launch["tokens"]), int(launch["vocab"]),
+                        _DTYPE_BYTES.get(launch.get("dtype", "bf16"), 2)).bytes
+    for regs in registers:
+        pred = predict_launch(gpu, n_regs=int(regs), **launch)
+        rows.append({"n_regs": int(regs),
+                     "blocks_per_sm": _resident(int(regs), launch.get("shared_bytes"), launch["num_warps"]),
+                     "predicted_ms": pred.ms,
+                     "pct_of_copy": 100 * minimal / (pred.ms * 1e-3) / 1e9 / gpu.ceilings.dram_gbps,
+                     "bound": pred.bound})
+    return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------------------------------------------

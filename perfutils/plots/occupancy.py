@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from pathlib import Path
 
 import pandas as pd
 
@@ -147,6 +148,49 @@ def describe_occupancy(occ: Occupancy) -> str:
             f"{name} {'unlimited' if value == math.inf else int(value)}" for name, value in occ.limits.items()),
     ]
     return "\n".join(lines)
+
+
+def explorer_text(cc, threads: int, regs: int, shared_bytes: int, what_if: dict | None = None) -> str:
+    """What notebook 04's explorer prints for its knobs: the occupancy (:func:`describe_occupancy`), Triton's tutorial
+    formula beside it, and with ``what_if`` (``gpu`` and the kernel: ``loss``, ``target_format``, ``tokens``,
+    ``vocab``, ``variant``, ``block_size``, ``spill_bytes``) the performance model's time for that kernel with these
+    counts, on the GPU whose ceilings it has (compute capability 9.0 only)."""
+    occ = occupancy(cc, threads_per_block=threads, registers_per_thread=regs, dynamic_shared_bytes=shared_bytes,
+                    opt_in=shared_bytes > 48 * 1024)
+    naive = triton_tutorial_blocks_per_sm(max(regs, 1), threads // 32, shared_bytes, cc)
+    lines = [describe_occupancy(occ), f"Triton tutorial formula: {naive} blocks/SM"]
+    if what_if is not None:
+        from ..model.hardware import normalize_cc
+        from ..model.predict import describe_prediction, predict_launch
+
+        kernel = {key: value for key, value in what_if.items() if key != "gpu"}
+        if normalize_cc(cc) != (9, 0):
+            lines.append(f"model: ceilings recorded for sm_90 only, not sm_{occ.cc[0]}{occ.cc[1]}")
+        elif occ.blocks_per_sm == 0:
+            lines.append("model: no program fits on an SM")
+        else:
+            prediction = predict_launch(what_if["gpu"], num_warps=threads // 32, n_regs=max(regs, 1),
+                                        shared_bytes=shared_bytes, **kernel)
+            lines.append(describe_prediction(prediction, what_if["gpu"], loss=kernel["loss"],
+                                             target_format=kernel["target_format"], tokens=kernel["tokens"],
+                                             vocab=kernel["vocab"]))
+    return "\n".join(lines)
+
+
+def explorer_what_if(gpu_dir, *, loss: str, target_format: str, variant: str, vocab: int, block_size: int,
+                     num_warps: int, tokens: int) -> dict:
+    """The ``what_if`` of :func:`explorer_text` for a kernel of the block-size sweep recorded in ``gpu_dir``: the GPU's
+    ceilings (for the model) and the kernel with its recorded spill bytes (the knobs change the other counts)."""
+    from ..measure.records import load_records
+    from ..model.predict import gpu_from_folder
+
+    sweep = load_records(Path(gpu_dir) / "blocksize_sweep.csv")
+    row = sweep[(sweep["status"] == "ok") & (sweep["loss"] == loss) & (sweep["target_format"] == target_format)
+                & (sweep["variant"] == variant) & (sweep["vocab"] == vocab) & (sweep["block_size"] == block_size)
+                & (sweep["num_warps"] == num_warps)]
+    spill = int(row["spill_bytes"].fillna(0).iloc[0]) if len(row) else 0
+    return dict(gpu=gpu_from_folder(gpu_dir), loss=loss, target_format=target_format, tokens=int(tokens),
+                vocab=int(vocab), variant=variant, block_size=int(block_size), spill_bytes=spill)
 
 
 def kernel_occupancy_table(df: pd.DataFrame, cc=(9, 0)) -> pd.DataFrame:

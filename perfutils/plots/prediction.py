@@ -216,3 +216,30 @@ def plot_in_flight(sweep: pd.DataFrame, *, target_pct: float = 90.0, title: str 
     ax.set_title("What the model says a configuration needs" + (f" · {title}" if title else ""), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_what_if_registers(frame: pd.DataFrame, *, measured: tuple[int, float] | None = None,
+                           title: str = "") -> plt.Figure:
+    """The model's time for one kernel as its registers per thread vary (:func:`perfutils.model.predict.
+    what_if_registers`): predicted ms (left axis) and programs per SM (right axis, steps); ``measured``: the recorded
+    (registers, ms) of the kernel as compiled, drawn as a point."""
+    check_frame(frame, ["n_regs", "blocks_per_sm", "predicted_ms", "bound"], "frame")
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    ax.plot(frame["n_regs"], frame["predicted_ms"], color="tab:blue", label="predicted (model)")
+    if measured is not None:
+        ax.plot([measured[0]], [measured[1]], "o", color="black", label="measured (as compiled)")
+    ax.set_xlabel("registers per thread")
+    ax.set_ylabel("time (ms)")
+    top = max(frame["predicted_ms"].max(), measured[1] if measured is not None else 0.0)
+    ax.set_ylim(0, 1.25 * top)
+    twin = ax.twinx()
+    twin.step(frame["n_regs"], frame["blocks_per_sm"], where="post", color="tab:orange", alpha=0.6,
+              label="programs per SM")
+    twin.set_ylabel("programs per SM")
+    twin.set_ylim(bottom=0)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], loc="lower right", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
