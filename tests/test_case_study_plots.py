@@ -216,7 +216,7 @@ def test_plot_time_vs_traffic():
                                resident_stack_bytes=[400e6, 5e6, 5e6]))
     fig = cs.plot_time_vs_traffic(points, copy_gbps=3000.0, l2_bytes=50 * 2**20, title="t")
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert labels == ["x", "y, z"]  # coincident points share one label
+    assert labels == ["x", "y · z"]  # coincident points share one label
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("> L2" in t for t in legend) and any("≤ L2" in t for t in legend)
     with pytest.raises(ValueError):

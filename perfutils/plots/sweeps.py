@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .figures import label_points
 from ..measure.records import check_single_gpu
 
 
@@ -38,7 +39,8 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = None, title: str = "") -> plt.Figure:
     """GB/s against theoretical occupancy, one point per (block size, warps), per loss × vocab.
 
-    Points are annotated with registers per thread (and spilled bytes when the compiler spilled).
+    Points are annotated with registers per thread (and spilled bytes when the compiler spilled); labels of points
+    that coincide are joined, and none covers another (:func:`perfutils.plots.figures.label_points`).
     """
     data = _ok(df)
     panels = _panels(data)
@@ -49,6 +51,7 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
     block_sizes = sorted(data["block_size"].dropna().unique())
     palette = dict(zip(block_sizes, sns.color_palette("viridis", len(block_sizes))))
     markers = dict(zip(sorted(data["num_warps"].dropna().unique()), "osD^vP"))
+    notes = []  # (axes, x, y, label): written once the layout is final, so that none covers another
     for (label, vocab) in panels:
         ax = axes[losses.index(label)][vocabs.index(vocab)]
         part = data[(data["loss_label"] == label) & (data["vocab"] == vocab)]
@@ -58,7 +61,7 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
             note = f"{int(row.n_regs)}" if not pd.isna(row.n_regs) else ""
             if not pd.isna(row.spill_bytes) and row.spill_bytes > 0:
                 note += f"/S{int(row.spill_bytes)}"
-            ax.annotate(note, (row.occupancy * 100, row.gbps), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+            notes.append((ax, row.occupancy * 100, row.gbps, note))
         if copy_gbps:
             ax.axhline(copy_gbps, color="grey", linestyle="--", linewidth=1)
             ax.text(1, copy_gbps, "copy bandwidth", fontsize=7, va="bottom", color="grey")
@@ -73,6 +76,10 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 10), fontsize=7, bbox_to_anchor=(0.5, 1.02))
     fig.suptitle(title or "Bandwidth vs occupancy (labels: registers/thread, S = spilled bytes)", y=1.06, fontsize=10)
     fig.tight_layout()
+    fig.canvas.draw()  # once: every panel's labels are measured against this layout
+    for ax in {id(a): a for a, *_ in notes}.values():
+        xs, ys, texts = zip(*[(x, y, note) for a, x, y, note in notes if a is ax])
+        label_points(ax, xs, ys, texts, fontsize=5.5, draw=False)
     return fig
 
 
