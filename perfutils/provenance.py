@@ -138,7 +138,8 @@ def code_note(recorded: str, meta: dict, current: str = "today's kernels", again
     if match.same:
         text = f"Same kernel sources: {recorded} ({match.recorded}) and {other} come from identical {where}."
     elif match.same is False:
-        since = (f"; {match.changes} commit{'s' if match.changes != 1 else ''} changed {where} since"
+        when = " between the two" if against is not None else " since"
+        since = (f"; {match.changes} commit{'s' if match.changes != 1 else ''} changed {where}{when}"
                  if match.changes else "")
         text = (f"Other kernel sources: {recorded} were recorded with {match.recorded}, {other} come from "
                 f"different {where}{since}. Where they disagree, the code changed; they are not expected to match.")
