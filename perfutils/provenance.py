@@ -252,6 +252,10 @@ def rows_code_note(recorded: str, df, meta: dict, current: str = "today's kernel
                  if groups[label][0])]
     if groups["same"][0] == len(df):
         text = f"Same kernel sources: all {len(df)} {recorded} and {current} come from identical {where}."
+    elif groups["other"][0] == len(df):
+        what = described("other")[1:-1]  # "commit d3d1459, 2026-11-22"
+        text = (f"Other kernel sources: all {len(df)} {recorded} were recorded with {what}, {current} come from "
+                f"different {where}. Where they disagree, the code changed; they are not expected to match.")
     else:
         listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
         text = (f"Kernel sources by row: of the {len(df)} {recorded}, {listed}. Where rows of other sources "

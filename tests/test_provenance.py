@@ -97,3 +97,11 @@ def test_rows_code_note_counts_rows_of_todays_and_of_other_sources(history):
     assert latest.same is True and latest.startswith("Same kernel sources: all 1 recorded rows")
     single = provenance.rows_code_note("rows", data, {"code_commit": new}, root=root)  # no sessions: the file's
     assert single.same is True and single.startswith("Same kernel sources")
+
+
+def test_rows_code_note_of_rows_all_from_other_sources(history):
+    root, old, new = history
+    meta = with_commits(sidecar(), old, new)
+    note = provenance.rows_code_note("rows", rows().iloc[:3], meta, root=root)
+    assert note.same is False
+    assert note.startswith(f"Other kernel sources: all 3 rows were recorded with commit {old[:7]}, 2026-11-23 to")

@@ -105,6 +105,39 @@ def plot_gbps_heatmap(df: pd.DataFrame, *, value: str = "gbps", title: str = "")
     return fig
 
 
+def occupancy_reading(df: pd.DataFrame, by=("loss", "target_format", "vocab", "variant")) -> str:
+    """What the sweep says about occupancy and spills, per shape (``by``): at how many shapes the fastest
+    configuration has the highest occupancy of its shape, the sign of the rank correlation of occupancy and GB/s, and
+    where the configurations that spill rank among their shape's (the share in its slower half and slowest quarter),
+    with the median % of copy with and without spills."""
+    ok = df[df["status"] == "ok"]
+    shapes = list(ok.groupby(list(by)))
+    fastest_most = 0
+    correlations = []
+    ranks = []
+    for _, part in shapes:
+        best = part.loc[part["gbps"].idxmax()]
+        fastest_most += int(best["occupancy"] >= part["occupancy"].max())
+        correlations.append(part[["occupancy", "gbps"]].corr(method="spearman").iloc[0, 1])
+        spills = part["spill_bytes"].fillna(0) > 0
+        ranks += part["gbps"].rank(pct=True)[spills].tolist()  # 1 = the fastest of its shape
+    negative = sum(c < 0 for c in correlations)
+    text = (f"At {fastest_most} of {len(shapes)} shapes the fastest configuration has the highest occupancy of its "
+            f"shape; the rank correlation of occupancy and GB/s is negative at {negative} of them "
+            f"({min(correlations):.2f} to {max(correlations):.2f}).")
+    if ranks:
+        slower_half = sum(r <= 0.5 for r in ranks)
+        slowest_quarter = sum(r <= 0.25 for r in ranks)
+        spills = ok["spill_bytes"].fillna(0) > 0
+        with_spills, without = ok.loc[spills, "pct_of_copy"].median(), ok.loc[~spills, "pct_of_copy"].median()
+        text += (f" Of the {len(ranks)} configurations that spill, {slower_half} rank in the slower half of their "
+                 f"shape's configurations and {slowest_quarter} in the slowest quarter; median % of copy "
+                 f"{with_spills:.1f} with spills, {without:.1f} without.")
+    else:
+        text += " No configuration spills."
+    return text
+
+
 def best_per_group(df: pd.DataFrame, by=("loss", "target_format", "vocab", "variant")) -> pd.DataFrame:
     """The fastest ok row of each group (e.g. each variant's best configuration per shape)."""
     ok = df[df["status"] == "ok"]
