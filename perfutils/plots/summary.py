@@ -296,12 +296,12 @@ def host_overhead_table(gpu_dir: Path, groups=("autograd step", "public call")) 
         lines.append(f"| {HOST_PIECE_LABELS.get(piece, piece)} | " + " | ".join(_us(row[l]) for l in losses) + " |")
     shown = others if groups is None else others[others["group"].isin(groups)]
     if len(shown):
-        lines += ["", "| what is timed | piece | host µs per call |", "|---|---|---|"]
-        for r in shown.itertuples():  # PyTorch's floors (pieces "floor: ...") say so in the first column
+        lines += ["", "| what is timed | host µs per call |", "|---|---|"]
+        for r in shown.itertuples():  # PyTorch's floors (pieces "floor: ...") say so first
             floor = r.piece.strip().startswith("floor:")
             what = "PyTorch's floor" if floor else r.group
             piece = r.piece.strip().removeprefix("floor:").strip()
-            lines.append(f"| {what} | {_md_text(piece)} | {_us(r.us_per_call)} |")
+            lines.append(f"| {what}: {_md_text(piece)} | {_us(r.us_per_call)} |")
     source = (f"Wall-clock µs per call of calls back to back on the host of the GPU machine ({meta.get('gpu_name')}, "
               f"torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}, "
               f"{(meta.get('parameters') or {}).get('problem') or meta.get('problem') or '8 x 32000 bf16'}), "

@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..notebook import span
 from .figures import check_frame, figure_context
 
 __all__ = ["PROVIDER_LABELS", "PROVIDER_ORDER", "PEERS", "auto_choices", "autograd_line", "autograd_ratio",
@@ -332,10 +333,10 @@ def autograd_line(ratios: pd.DataFrame) -> str | None:
     latest = newest.iloc[0]
     parts = []
     for tokens, part in newest.groupby("tokens"):
-        low, high = part["autograd_over_public"].min(), part["autograd_over_public"].max()
         vocabs = sorted(part["vocab"].unique())
-        parts.append(f"{low:.2f}–{high:.2f}× at {tokens} tokens ({len(part)} cells, vocab "
-                     f"{vocabs[0]}{'–' + str(vocabs[-1]) if len(vocabs) > 1 else ''})")
+        where = f"{vocabs[0]}–{vocabs[-1]}" if len(vocabs) > 1 else f"{vocabs[0]}"
+        cells = f"{len(part)} cell{'s' if len(part) != 1 else ''}"
+        parts.append(f"{span(part['autograd_over_public'])}× at {tokens} tokens ({cells}, vocab {where})")
     commit = f", commit {latest['code_commit']}" if isinstance(latest["code_commit"], str) else ""
     text = (f"The autograd form (`entropy_loss` + `.backward()`) over the plain call, both measured by one process on "
             f"{latest['day']}{commit}: " + "; ".join(parts) + ".")
@@ -344,7 +345,7 @@ def autograd_line(ratios: pd.DataFrame) -> str | None:
         ratio = earlier["autograd_over_public"]
         days = f"{earlier['day'].min()} to {earlier['day'].max()}"
         text += (f" Earlier side-by-side pairs ({len(earlier)} cells, {earlier['code_commit'].nunique()} other "
-                 f"commits, {days}): {ratio.min():.2f}–{ratio.max():.2f}×.")
+                 f"commits, {days}): {span(ratio)}×.")
     apart = int((~ratios["side_by_side"]).sum())
     if apart:
         text += (f" At {apart} cell{'s' if apart != 1 else ''} the two forms' rows come from different processes "
