@@ -10,7 +10,9 @@ What a page shows: :func:`table` is a DataFrame as a reader wants it (no pandas 
 whole numbers without ``.0``, missing values as a dash), :func:`say` prose computed from the data (Markdown, shown
 as text of the page, not as program output), :func:`shown` a path relative to the repository (a page
 never names the folders of the machine that built it), and :func:`quiet_interpreter` silences the numpy warnings
-Triton's CPU interpreter raises on the infinities a GPU computes silently.
+Triton's CPU interpreter raises on the infinities a GPU computes silently. For prose computed from data,
+:func:`compared` words a ratio ("faster than", "level with", "slower than"), :func:`span` a range of values
+("0.90–1.02") and :func:`listing` a list ("a, b and c").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["repo_root", "resolve", "find_repo_root", "resolve_path", "resolve_mode", "kernel_source", "table", "shown",
-           "quiet_interpreter", "say"]
+           "quiet_interpreter", "say", "compared", "span", "listing"]
 
 
 def repo_root(start: str | Path | None = None) -> Path:
@@ -174,3 +176,26 @@ def say(markdown: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(markdown))
+
+
+def compared(ratio: float, tolerance: float = 0.02, *, lower: str = "faster than", same: str = "level with",
+             higher: str = "slower than") -> str:
+    """The words for ``ratio`` (a time over another's): ``same`` within ``tolerance`` of 1, else ``lower`` below it,
+    ``higher`` above it."""
+    if abs(ratio - 1) <= tolerance:
+        return same
+    return lower if ratio < 1 else higher
+
+
+def span(values, fmt: str = ".2f", unit: str = "") -> str:
+    """``values`` as a range, "0.90–1.02" (one value: "0.90"), with ``unit`` after it."""
+    values = [float(v) for v in values]
+    low, high = min(values), max(values)
+    text = f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}}–{high:{fmt}}"
+    return text + unit
+
+
+def listing(items) -> str:
+    """"a", "a and b", "a, b and c"."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""

@@ -9,6 +9,11 @@ its files) or else ``git_commit``; older sidecars name none, only their UTC ``ti
 at the recorded commit against the working tree, or, without a commit, whether any commit touched them after the
 recorded time. :func:`code_note` turns the answer into the sentence a page prints (a :class:`CodeNote`, shown as a
 marked paragraph in a notebook), so that no page compares data of other kernel sources without saying so.
+
+A data file written over several processes (``vocab_sweep.csv``: stages measured again over days) names each
+process in its sidecar's ``sessions``; :func:`row_sessions` finds the process that recorded each row,
+:func:`row_commits` its code, and :func:`rows_code_note` says, row by row, which recorded rows come from today's
+kernel sources and which from other ones.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "recorded_code", "compare_code", "code_note"]
+__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "recorded_code", "compare_code", "code_note", "sessions",
+           "row_sessions", "row_commits", "rows_code_note"]
 
 KERNEL_SOURCES = ("kernels",)  # what "the same code" means for a measurement: the kernels' sources
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +109,11 @@ def _compare(meta: dict, against: dict | None, paths: tuple[str, ...], root: Pat
     return CodeMatch(int(count) == 0, commit, date, int(count), paths)
 
 
+def _where(paths) -> str:
+    """'kernels/' for a folder, 'perfutils/lab_kernels/teaching/softmax.py' for a file, joined with ', '."""
+    return ", ".join(p if Path(p).suffix else f"{p.rstrip('/')}/" for p in paths)
+
+
 class CodeNote(str):
     """The sentence of :func:`code_note`; in a notebook it shows as a marked paragraph."""
 
@@ -120,14 +131,15 @@ def code_note(recorded: str, meta: dict, current: str = "today's kernels", again
     """One sentence for a page: were ``recorded`` (data of sidecar ``meta``) measured with the kernel sources
     (``paths``) of ``current`` (today's, or with ``against``/``against_what``, another recording's)?"""
     match = compare_code(meta, against=against, paths=paths, root=root)
-    where = "/".join(f"{p}/" for p in match.paths)
+    where = _where(match.paths)
     other = against_what if against is not None else current
     if against is not None:
         other += f" ({compare_code(against, paths=paths, root=root).recorded})"
     if match.same:
         text = f"Same kernel sources: {recorded} ({match.recorded}) and {other} come from identical {where}."
     elif match.same is False:
-        since = (f"; {match.changes} commit{'s' if match.changes != 1 else ''} changed {where} since"
+        when = " between the two" if against is not None else " since"
+        since = (f"; {match.changes} commit{'s' if match.changes != 1 else ''} changed {where}{when}"
                  if match.changes else "")
         text = (f"Other kernel sources: {recorded} were recorded with {match.recorded}, {other} come from "
                 f"different {where}{since}. Where they disagree, the code changed; they are not expected to match.")
@@ -136,4 +148,118 @@ def code_note(recorded: str, meta: dict, current: str = "today's kernels", again
                 f"history cannot compare with {other}; read any agreement or difference with that in mind.")
     note = CodeNote(text)
     note.same = match.same
+    return note
+
+
+# ---- data written by several processes: which process (and code) recorded each row --------------------------------
+
+def sessions(meta: dict) -> list[dict]:
+    """The processes that wrote a data file: the sidecar itself (the first) and its ``sessions``, in that order."""
+    return [meta, *(meta.get("sessions") or [])]
+
+
+def _covers(session: dict, variant, tokens) -> bool:
+    """Whether ``session``'s parameters allow a row of ``variant`` at ``tokens`` (unknown parameters allow any)."""
+    parameters = session.get("parameters") or {}
+    cases = parameters.get("cases")
+    if cases and variant is not None and str(variant) not in {str(c[0] if isinstance(c, (list, tuple)) else c)
+                                                             for c in cases}:
+        return False
+    counts = parameters.get("tokens")
+    if counts and tokens is not None and not isinstance(counts, (str, int)):
+        try:
+            return int(tokens) in {int(t) for t in counts}
+        except (TypeError, ValueError):
+            return True
+    return True
+
+
+def row_sessions(df, meta: dict):
+    """For each row of ``df``, the index into :func:`sessions` of the process that recorded it: the latest that
+    started at or before the row's ``timestamp_utc`` and whose parameters cover the row's variant and token count;
+    -1 where none does (or the row has no time). A pandas Series aligned with ``df``."""
+    import pandas as pd
+
+    starts = [(str(s.get("timestamp_utc") or s.get("time_utc") or ""), i) for i, s in enumerate(sessions(meta))]
+    starts = sorted((t, i) for t, i in starts if t)
+    found = []
+    stamps = df["timestamp_utc"] if "timestamp_utc" in df else pd.Series([None] * len(df), index=df.index)
+    variants = df["variant"] if "variant" in df else pd.Series([None] * len(df), index=df.index)
+    tokens = df["tokens"] if "tokens" in df else pd.Series([None] * len(df), index=df.index)
+    all_sessions = sessions(meta)
+    for stamp, variant, count in zip(stamps, variants, tokens):
+        index = -1
+        if isinstance(stamp, str) and stamp:
+            for start, i in reversed(starts):
+                if start <= stamp and _covers(all_sessions[i], variant, count):
+                    index = i
+                    break
+        found.append(index)
+    return pd.Series(found, index=df.index, name="session", dtype=int)
+
+
+def row_commits(df, meta: dict):
+    """For each row of ``df``, the commit of the code that recorded it (its session's ``code_commit`` or
+    ``git_commit``, short), None where unknown. A pandas Series aligned with ``df``."""
+    import pandas as pd
+
+    all_sessions = sessions(meta)
+    commits = []
+    for index in row_sessions(df, meta):
+        commit = recorded_code(all_sessions[index])[0] if index >= 0 else None
+        commits.append(commit[:7] if commit else None)
+    return pd.Series(commits, index=df.index, name="code_commit", dtype=object)
+
+
+def _days(stamps) -> str:
+    days = sorted({str(s)[:10] for s in stamps if isinstance(s, str) and s})
+    return "" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
+
+
+def rows_code_note(recorded: str, df, meta: dict, current: str = "today's kernels", paths=KERNEL_SOURCES,
+                   root: Path = REPO_ROOT) -> CodeNote:
+    """One sentence for a page whose recorded rows (``df``, of sidecar ``meta``) came from several processes: how many
+    of ``recorded`` come from the kernel sources (``paths``) of ``current`` and how many from other sources. Without
+    sessions in the sidecar it is :func:`code_note`'s sentence."""
+    if not meta.get("sessions") or len(df) == 0:
+        return code_note(recorded, meta, current, paths=paths, root=root)
+    all_sessions = sessions(meta)
+    index = row_sessions(df, meta)
+    verdicts: dict[int, CodeMatch] = {}
+    for i in sorted(set(index)):
+        session = all_sessions[i] if i >= 0 else {}
+        verdicts[i] = compare_code({**session, "sessions": None}, paths=paths, root=root)
+    same = index.map(lambda i: verdicts[i].same)
+    stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
+    where = _where(tuple(paths))
+    groups = {}
+    for key, label in ((True, "same"), (False, "other"), (None, "unknown")):
+        rows = same.map(lambda v: v is key)
+        commits = sorted({verdicts[i].commit[:7] for i in index[rows] if verdicts[i].commit})
+        groups[label] = (int(rows.sum()), commits, _days([s for s, r in zip(stamps, rows) if r]))
+
+    def described(label: str) -> str:  # "(commit a362daa, 2026-11-27)"
+        _, commits, days = groups[label]
+        what = (f"commit {commits[0]}" if len(commits) == 1 else f"{len(commits)} commits" if commits
+                else "unrecorded commits")
+        return f"({what}{', ' + days if days else ''})"
+
+    parts = [f"{groups[label][0]} {described(label)}{' were measured' if not i else ''} {how}"
+             for i, (label, how) in enumerate(
+                 (label, how) for label, how in (("same", f"with the same {where} as {current}"),
+                                                 ("other", f"with different {where}"),
+                                                 ("unknown", "with code this checkout's history cannot compare"))
+                 if groups[label][0])]
+    if groups["same"][0] == len(df):
+        text = f"Same kernel sources: all {len(df)} {recorded} and {current} come from identical {where}."
+    elif groups["other"][0] == len(df):
+        what = described("other")[1:-1]  # "commit d3d1459, 2026-11-22"
+        text = (f"Other kernel sources: all {len(df)} {recorded} were recorded with {what}, {current} come from "
+                f"different {where}. Where they disagree, the code changed; they are not expected to match.")
+    else:
+        listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        text = (f"Kernel sources by row: of the {len(df)} {recorded}, {listed}. Where rows of other sources "
+                f"disagree with {current}, the code changed; they are not expected to match.")
+    note = CodeNote(text)
+    note.same = True if groups["same"][0] == len(df) else False if groups["other"][0] else None
     return note

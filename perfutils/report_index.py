@@ -9,8 +9,8 @@ Nothing here states a result; every part is read from a file:
   the ``timestamp_utc`` of the rows of its studies (of the sidecars where a study's rows have none);
 * the results tables: ``perfutils.plots.summary``'s, from the files each one reads (:data:`RESULT_TABLES`):
   ``vocab_sweep.csv`` at 4096 tokens and, where the peers were timed there, at 16384; ``public_call.csv`` (every
-  provider in one process) with ``host_overhead.csv``; ``tensor_parallel.csv``; ``benchmark.csv`` when there is no
-  vocab sweep;
+  provider in one process); ``host_overhead.csv`` (the host cost of a repeated call and of its autograd form, piece
+  by piece); ``tensor_parallel.csv``; ``benchmark.csv`` when there is no vocab sweep;
 * a notebook's title and question: its first markdown cell (the heading, and the sentences ending in "?"
   of the first paragraph that asks one; else that cell's first sentence);
 * a notebook's main figure: the first figure its code saves (its first ``save_figure(..., "NN_name")``),
@@ -206,6 +206,9 @@ def result_tables(gpu_dir: Path) -> list[tuple[str, str, callable]]:
     if (gpu_dir / "public_call.csv").exists():
         tables.append(("Every provider of a cell in one process", "public_call.csv",
                        lambda: summary.public_call_table(gpu_dir)))
+    if (gpu_dir / "host_overhead.csv").exists():
+        tables.append(("What a repeated call costs the host", "host_overhead.csv",
+                       lambda: summary.host_overhead_table(gpu_dir)))
     if (gpu_dir / "tensor_parallel.csv").exists():
         tables.append(("Tensor parallel: the vocabulary split over two GPUs", "tensor_parallel.csv",
                        lambda: summary.tensor_parallel_table(gpu_dir)))

@@ -216,7 +216,7 @@ def test_plot_time_vs_traffic():
                                resident_stack_bytes=[400e6, 5e6, 5e6]))
     fig = cs.plot_time_vs_traffic(points, copy_gbps=3000.0, l2_bytes=50 * 2**20, title="t")
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert labels == ["x", "y, z"]  # coincident points share one label
+    assert labels == ["x", "y · z"]  # coincident points share one label
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("> L2" in t for t in legend) and any("≤ L2" in t for t in legend)
     with pytest.raises(ValueError):
@@ -263,3 +263,32 @@ def test_solo_effects_and_waterfall():
     assert "100% occupancy" in ax.get_xticklabels()[0].get_text()
     with pytest.raises(ValueError):
         cs.plot_ablation_waterfall(walk.iloc[:1])
+
+
+# ------------------------------------------------------------------------------------------------
+# the sentences notebook 02 prints (perfutils.plots.case_study_text)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_case_study_sentences_follow_the_numbers():
+    """The words come from the tables: who is slower, by how much, which steps carry the gap, which fix is fastest."""
+    from perfutils.plots import case_study_text as text
+
+    real = cs.case_label(ISSUE)
+    head = cs.case_label(HEAD)
+    repro = cs.compare_cases(_main(), cases=[real, "torch.compile", head, cs.EMULATION])
+    said = text.reproduction_reading(repro, real=real, reference=cs.EMULATION, peer="torch.compile", later=head,
+                                     vocab=1024)
+    assert "slower than the emulation at every vocabulary (7.00× its time)" in said
+    assert "at 1K it is the slowest of the 4" in said and "torch.compile lies between the emulation and it" in said
+    assert "the highest occupancy of the Triton kernels (100%" in said and "the largest stack (1600 B" in said
+    walk = cs.ablation_walk(_ablation(), ORDER)
+    said = text.walk_reading(walk)
+    assert said.startswith("Step 1 and step 2 carry") and "registers 32 → 64" in said
+    assert "Step 0 (the structure re-implemented) runs slower than the real kernel (1.25× its time)" in said
+    fixes = cs.compare_cases(_main(), cases=[real, head, "torch.compile", cs.EMULATION, "Option A: fused, 0K cap",
+                                             "Option B: two_pass", "auto"], reference=real)
+    said = text.fixes_reading(fixes, real=real, peer="torch.compile", head=head, option_a="Option A: fused, 0K cap",
+                              option_b="Option B: two_pass", tokens=4)
+    assert "faster than it at 1K (0.86× its time)" in said
+    assert "Fastest per vocabulary: auto at 1K and auto at 2K" in said

@@ -309,3 +309,27 @@ def test_offline_counts_compiles_for_sm90():
     assert 0 < row.n_regs <= 255 and row.spill_bytes == 0
     assert math.isclose(row.occupancy, row.occupancy)  # a number, not NaN
     assert len(compiles) == 1
+
+
+def test_label_points_never_overlap_and_join_coincident_points():
+    """Crowded points (a column of configurations at one occupancy, two at the same place) get labels that cover
+    neither each other nor a marker; the labels of coincident points become one."""
+    import matplotlib.pyplot as plt
+
+    from perfutils.plots.figures import label_points
+
+    fig, ax = plt.subplots(figsize=(3, 3))
+    xs = [100, 100, 100, 100, 100, 50]
+    ys = [1000, 1040, 1080, 1120, 1120, 500]
+    ax.scatter(xs, ys)
+    ax.set_xlim(0, 110)
+    ax.set_ylim(0, 1200)
+    notes = label_points(ax, xs, ys, ["28", "30", "32", "40", "64", "40"], fontsize=6)
+    assert sorted(n.get_text() for n in notes) == ["28", "30", "32", "40", "40 · 64"]
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(n, renderer) for n in notes]  # the text, not the line back to its point
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)

@@ -306,3 +306,20 @@ def test_cli_refuses_without_gpu(monkeypatch, tmp_path):
     assert not any(tmp_path.iterdir())
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         profiling.measure_profile(tmp_path)
+
+
+def test_step_reading_says_what_the_recorded_profile_shows():
+    """Notebook 08's bullets from the committed H100 profile: % of copy, time outside kernels, peak memory over the
+    gradient, the Triton kernels' share of the device time."""
+    from pathlib import Path
+
+    from perfutils.measure import profiling as measured
+    from perfutils.measure.records import load_study
+    from perfutils.plots import profiling as plots
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    df = load_study(data, "h100-sxm-80gb", "profile_kernels", measured.PRODUCER_COMMAND)
+    lines = plots.step_reading(df, gradient_bytes=4096 * 32768 * 2)
+    assert lines[0].startswith("* **Against the floor:** auto") and "of copy bandwidth" in lines[0]
+    assert "(256 MiB in bf16 at this shape)" in lines[2] and "torch_eager 3.00×" in lines[2]
+    assert lines[3].startswith("* **Device time in the Triton kernels**") and "reduce_kernel" in lines[3]

@@ -8,9 +8,10 @@ papermill and rendered as ``make report`` does, plus the landing page), then
   the reason where there is none), the landing page and a notebook page with formulas render offline: every image
   loads, every formula is typeset by the MathJax copied into the report, no request leaves the machine.
 
-And over every notebook (no build): a notebook that puts recorded data beside what today's code computes
-(offline compiles compared with recorded counts) says on its page whether the kernel sources are the same
-(``perfutils.provenance.code_note``).
+And over every notebook (no build): a notebook that reads recorded measurements (``data/<gpu>/<study>.csv``) puts
+them beside today's code — the kernels it shows, checks, lists or compiles offline — so its page says which kernel
+sources the recorded rows come from (``perfutils.provenance.code_note`` / ``rows_code_note``), and shows that note
+(displayed, or a cell's last expression); the built pages carry it.
 
     REPORT_SCREENSHOTS=/some/folder make test-python PYTEST_ARGS="-k report_pages"   # keeps the screenshots
 """
@@ -32,8 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 BUILT = ["07_fusion", "10_tensor_parallel"]  # light ones: seconds each; 07 has formulas, 10 four figures
 MATH_PAGE = "07_fusion"
 REPR = re.compile(r"PosixPath\(|WindowsPath\(|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>|\[PosixPath")
-# Calls that compute with today's kernels next to recorded counts: a page making them must say which sources it compares.
+# Calls that compute with today's kernels next to recorded counts, and calls that read recorded measurements: a page
+# making either must say which kernel sources the recorded rows come from.
 CURRENT_CODE_CALLS = ("compare_offline_measured(", "offline_counts(", "compile_launch(")
+RECORDED_DATA = re.compile(r"\b(load_records|load_study|load_metadata|read_csv)\(")
+NOTES = ("code_note", "rows_code_note")
 
 
 class Resources(HTMLParser):
@@ -124,16 +128,63 @@ def test_page_loads_nothing_from_the_internet(report, name):
             assert (report / urlsplit(url).path).is_file(), url
 
 
-def test_notebooks_comparing_recorded_data_with_current_code_say_so(report):
-    """Static over every notebook, and on the built pages: today's code beside recorded counts needs a code note."""
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def _notes_not_shown(cells: list[str]) -> list[str]:
+    """The code-note calls of a notebook whose sentence never reaches its page: neither inside ``display(...)``, nor
+    its cell's last expression, nor assigned to a name the notebook displays."""
+    import ast
+
+    def note_call(node) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+                and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) in NOTES)
+
+    shown_names = set(re.findall(r"\bdisplay\((\w+)\)", "\n".join(cells)))
+    hidden = []
+    for source in cells:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        last = tree.body[-1] if tree.body else None
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                if not note_call(child):
+                    continue
+                displayed = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                             and node.func.id == "display")
+                last_expression = isinstance(node, ast.Expr) and node is last
+                assigned = isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id in shown_names for t in node.targets)
+                if not (displayed or last_expression or assigned):
+                    hidden.append(ast.get_source_segment(source, child)[:80])
+    return hidden
+
+
+def test_notebooks_with_recorded_data_say_which_kernel_sources_they_come_from(report):
+    """Static over every notebook, and on the built pages: recorded measurements (or today's kernels beside recorded
+    counts) come with a note naming their kernel sources, and the note is shown."""
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
-        if any(call in code for call in CURRENT_CODE_CALLS):
-            assert "code_note(" in code, f"{path.name} compares today's kernels with recorded data without a code note"
+        cells = _code_cells(path)
+        code = "\n".join(cells)
+        if RECORDED_DATA.search(code) or any(call in code for call in CURRENT_CODE_CALLS):
+            assert any(f"{note}(" in code for note in NOTES), (
+                f"{path.name} shows recorded measurements (or compares today's kernels with recorded counts) without "
+                "saying which kernel sources they come from (perfutils.provenance.code_note / rows_code_note)")
+        assert _notes_not_shown(cells) == [], f"{path.name}: a code note that never reaches the page"
     for name in BUILT:
-        code = (REPO / "notebooks" / f"{name}.ipynb").read_text()
-        if any(call in code for call in CURRENT_CODE_CALLS):
-            assert f'class="{NOTE_CLASS}' in (report / f"{name}.html").read_text()
+        if RECORDED_DATA.search("\n".join(_code_cells(REPO / "notebooks" / f"{name}.ipynb"))):
+            assert f'class="{NOTE_CLASS}' in (report / f"{name}.html").read_text(), name
+
+
+def test_a_code_note_that_is_computed_but_not_shown_is_caught():
+    """The static check's own test: a note assigned and dropped is caught; displayed, last or shown by name is not."""
+    assert _notes_not_shown(['note = code_note("rows", meta)\nprint(1)']) == ['code_note("rows", meta)']
+    assert _notes_not_shown(['display(rows_code_note("rows", df, meta))\nprint(1)']) == []
+    assert _notes_not_shown(['print(1)\ncode_note("rows", meta)']) == []
+    assert _notes_not_shown(['n = code_note("rows", meta)', "display(n)"]) == []
 
 
 # ---- headless Chromium ---------------------------------------------------------------------------------------------

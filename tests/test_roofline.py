@@ -191,3 +191,26 @@ def test_plot_roofline_runs_and_labels():
     plt.close(fig)
     with pytest.raises(ValueError, match="points_df"):
         plot_roofline(None, points.drop(columns="bytes"), CEIL)
+
+
+def test_roofline_reading_and_the_sweep_reading_state_what_the_recorded_points_show():
+    """Notebooks 03 and 01 print these sentences from the committed H100 data; the words follow the numbers."""
+    from pathlib import Path
+
+    from perfutils.measure.records import load_records
+    from perfutils.model.roofline import ceilings_from_records
+    from perfutils.plots import roofline as prf
+    from perfutils.plots.sweeps import occupancy_reading
+
+    gpu_dir = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
+    ceilings = ceilings_from_records(gpu_dir / "ceilings.csv")
+    bench, sweep = load_records(gpu_dir / "benchmark.csv"), load_records(gpu_dir / "blocksize_sweep.csv")
+    points = pd.concat([prf.best_rows(bench).assign(source="benchmark"),
+                        prf.best_rows(sweep).assign(source="sweep best")], ignore_index=True)
+    table = prf.roofline_table(prf.with_costs(points[points["tokens"] == 4096]), ceilings)
+    lines = prf.roofline_reading(table, ceilings)
+    assert lines[0].startswith("* **Roofs.** The points' intensity is") and f"of {len(table)} points" in lines[0]
+    assert "cross_entropy/labels at most" in lines[1] and "(bound 66.7%)" in lines[1] and "(bound 60.0%)" in lines[1]
+    assert "the best of the project's variants" in lines[2] and "Sweep best against the benchmark" in lines[3]
+    said = occupancy_reading(sweep)
+    assert said.startswith("At ") and " of 18 shapes the fastest configuration" in said and "spill" in said

@@ -389,3 +389,27 @@ def test_the_figures_know_every_fusion_operation():
 def test_idle_lanes_in_the_irregular_table_match_mask_stats():
     for n in (98_765, 4096, 1, 1025):
         assert -n % 1024 == vector_add.mask_stats(n, 1024)["idle_lanes"]
+
+
+def test_teaching_sentences_say_what_the_recorded_tables_show():
+    """Notebooks 06 and 07 print these from the committed H100 data: predictions from the byte model, outcomes from
+    the tables (no verdict written by hand)."""
+    from pathlib import Path
+
+    from perfutils.model.hardware import sm_limits
+    from perfutils.plots import teaching_text as text
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    assert text.limits_reading(sm_limits((9, 0))).startswith("So a program of one warp can never reach more than 32 "
+                                                              "of the 64 warp slots")
+    basics = measure.load_study(data, "h100-sxm-80gb", "triton_basics")
+    said = text.vector_add_reading(plots.bandwidth_summary(basics, "vector_add"), plots.irregular_vs_regular(basics))
+    assert "triton reaches" in said and "The irregular sizes against the power-of-two curve" in said
+    assert "The autotuner's pick reaches" in text.tile_reading(plots.tile_summary(basics), basics)
+    ratios = plots.speedups(basics, "softmax", baseline="triton")
+    assert "The byte count predicts 4.00× for the naive version" in text.softmax_reading(ratios, predicted=4.0)
+    model = activations.activation_byte_model()
+    assert "eager sigmoid 32 / 8 = 4.00×" in text.fusion_predictions(model)
+    fusion = measure.load_study(data, "h100-sxm-80gb", "fusion")
+    assert "the host loop takes longer than the GPU time" in text.latency_reading(plots.flat_region(fusion))
+    assert "(3 of 3 within 5%)" in text.throughput_reading(plots.fusion_at_largest(fusion, model))

@@ -104,3 +104,14 @@ def test_tensor_parallel_table_says_how_many_shapes_meet_the_bound():
     text = summary.tensor_parallel_table(gpu_dir)
     verdict = tpp.acceptance(load_records(gpu_dir / "tensor_parallel.csv"))
     assert f"at {int(verdict['met'].sum())} of {len(verdict)} shapes" in text
+
+
+def test_reading_puts_measured_ratios_beside_the_bytes_ratio():
+    frame = records()
+    frame["config"] = None
+    frame.loc[frame["variant"] == "tp2-symmetric", "config"] = json.dumps({"block_size": 4096, "source": "search"})
+    lines = tpp.reading(bytes_model([4096], [131072, 256000]), frame)
+    assert "tp=2 all_gather (ours) moves 1.50–1.67× the minimum per rank, so its bytes alone give 0.75–0.83× tp=1's " \
+           "time; measured 0.75×" in lines[0]
+    assert "tp=2 symmetric (ours) moves 1.00× the minimum per rank" in lines[0] and "measured 0.55–0.72×" in lines[0]
+    assert lines[1].startswith("* **The exchange.** At most") and "4096-column chunks at 8 of 8 shapes" in lines[2]

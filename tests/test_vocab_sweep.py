@@ -659,3 +659,55 @@ def test_forget_project_rows_of_one_loss(tmp_path):
     second = forget_project_rows(path, losses=["cross_entropy/logits"], log=lambda *_: None)
     copies = sorted(tmp_path.glob("*.replaced-*.csv"))
     assert len(copies) == 2 and second in copies and len(pd.read_csv(second)) == 3
+
+
+def test_autograd_ratio_compares_only_rows_one_process_measured(tmp_path):
+    """The autograd form over the plain call where both rows come from one process (the sidecar's sessions); a cell
+    whose rows come from different processes gets no ratio in the sentence, only a count."""
+    meta = {"timestamp_utc": "2026-11-25T10:00:00Z", "code_commit": "aaaaaaa",
+            "sessions": [{"timestamp_utc": "2026-11-27T10:00:00Z", "code_commit": "bbbbbbb",
+                          "parameters": {"cases": [["public", None, None], ["public_autograd", None, None]],
+                                         "tokens": [1024]}}]}
+    from perfutils.plots import vocab_sweep as plots
+
+    rows = []
+    for variant, vocab, ms, stamp in [("public", 32000, 0.05, "2026-11-27T10:01:00Z"),
+                                      ("public_autograd", 32000, 0.20, "2026-11-27T10:02:00Z"),
+                                      ("public", 50257, 0.10, "2026-11-27T10:03:00Z"),
+                                      ("public_autograd", 50257, 0.11, "2026-11-25T10:04:00Z")]:
+        rows.append(dict(loss="cross_entropy", target_format="labels", variant=variant, dtype="bf16", tokens=1024,
+                         vocab=vocab, ms_median=ms, pct_of_copy=50.0, status="ok", gpu_name=H100, timestamp_utc=stamp))
+    ratios = plots.autograd_ratio(pd.DataFrame(rows), meta)
+    assert ratios["side_by_side"].tolist() == [True, False]
+    assert ratios.loc[0, "autograd_over_public"] == pytest.approx(4.0) and ratios.loc[0, "code_commit"] == "bbbbbbb"
+    line = plots.autograd_line(ratios)
+    assert "measured by one process on 2026-11-27, commit bbbbbbb: 4.00× at 1024 tokens (1 cell, vocab 32000)" in line
+    assert "At 1 cell the two forms' rows come from different processes" in line
+    assert plots.autograd_line(ratios[~ratios["side_by_side"]]) is None
+
+
+def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floors(tmp_path):
+    from perfutils.plots import summary
+
+    gpu_dir = tmp_path / "h100-sxm-80gb"
+    gpu_dir.mkdir()
+    pieces = [("public call", f"entropy_loss_forward_backward {spec}", us) for spec, us in
+              (("cross_entropy/labels", 30.0), ("reverse_kl/logits", 20.0))]
+    pieces += [("public call", f"entropy_loss(...).backward() {spec}", us) for spec, us in
+               (("cross_entropy/labels", 210.0), ("reverse_kl/logits", 300.0))]
+    pieces += [("autograd step", "floor: F.cross_entropy(x, labels).backward() (PyTorch's own loss)", 217.0),
+               ("public call", "floor: x.float().sum().backward() (PyTorch's autograd alone)", 171.0),
+               ("torch", "torch.empty(()), fp32", 7.44)]
+    pd.DataFrame(pieces, columns=["group", "piece", "us_per_call"]).assign(calls=500).to_csv(
+        gpu_dir / "host_overhead.csv", index=False)
+    (gpu_dir / "host_overhead.json").write_text('{"gpu_name": "NVIDIA H100 80GB HBM3", "timestamp_utc": '
+                                                '"2026-11-27T21:50:17Z", "parameters": {"problem": "8 x 32000 bf16"}}')
+    text = summary.host_overhead_table(gpu_dir)
+    assert "| public call, `entropy_loss_forward_backward` | 30.0 | 20.0 |" in text
+    assert "| autograd form, `entropy_loss(...).backward()` | 210 | 300 |" in text
+    assert "| PyTorch's floor: x.float().sum().backward() (PyTorch's autograd alone) | 171 |" in text
+    every_piece = summary.host_overhead_table(gpu_dir, None)
+    assert "torch.empty" not in text and "torch: torch.empty(()), fp32 | 7.4 |" in every_piece
+    line = summary.host_overhead_line(gpu_dir)
+    assert "its autograd form 210–300 (7.0–15.0× the public call's)" in line
+    assert "`F.cross_entropy(...).backward()` step 217" in line and "`x.float().sum().backward()` 171" in line

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..measure.case_497 import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
-from .figures import check_frame
+from .figures import check_frame, label_points
 
 __all__ = [
     "EMULATION",
@@ -245,9 +245,10 @@ def _pct(fraction: float) -> str:
 
 
 def _resource_note(row) -> str:
+    """Three short lines: registers per thread, stack bytes per thread, occupancy."""
     if any(_missing(getattr(row, name)) for name in ("n_regs", "stack_bytes", "occupancy")):
         return ""
-    return f"{int(row.n_regs)} regs · {int(row.stack_bytes)} B stack · {_pct(row.occupancy)} occ."
+    return f"{int(row.n_regs)} regs\n{int(row.stack_bytes)} B stack\n{_pct(row.occupancy)} occ."
 
 
 def plot_reproduction(table: pd.DataFrame, *, title: str = "", highlight: str | None = None,
@@ -256,27 +257,32 @@ def plot_reproduction(table: pd.DataFrame, *, title: str = "", highlight: str | 
     each Triton bar is annotated with its registers, stack bytes and occupancy, and the bars of ``highlight`` with
     their time over ``reference``'s (``x_reference``)."""
     check_frame(table, ["case", "vocab", "ms", "pct_of_copy", "n_regs", "stack_bytes", "occupancy"], "table")
-    fig, (ax_ms, ax_bw), groups = _grouped_bars(table, [("ms", 1.0), ("pct_of_copy", 1.0)], figsize=(13, 4.6))
+    fig, (ax_ms, ax_bw), groups = _grouped_bars(table, [("ms", 1.0), ("pct_of_copy", 1.0)], figsize=(13, 5.2))
+    notes = []  # (x, top of the bar, note): written above the bars once the layout is final
     for case, x, part in groups:
         for xi, row in zip(x, part.itertuples()):
             note = _resource_note(row)
             if note and not _missing(row.ms):
-                ax_ms.annotate(note, (xi, row.ms), xytext=(0, 3), textcoords="offset points", rotation=90,
-                               ha="center", va="bottom", fontsize=6)
+                notes.append((xi, row.ms, note))
             if case == highlight and "x_reference" in table and not _missing(row.x_reference) and case != reference:
                 ax_ms.annotate(f"{row.x_reference:.1f}×", (xi, row.ms), xytext=(0, -4), textcoords="offset points",
                                ha="center", va="top", fontsize=8, fontweight="bold", color="white")
     ax_ms.set_yscale("log")
     _plain_log_ticks(ax_ms)
-    ax_ms.set_ylim(table["ms"].min() / 2, table["ms"].max() * 12)
+    ax_ms.set_ylim(table["ms"].min() / 2, table["ms"].max() * 6)
     ax_ms.set_ylabel("time per fwd+bwd call (ms, log scale)")
-    if highlight is not None:
-        ax_ms.set_title(f"white: time of {highlight} / time of {reference}", fontsize=8)
+    above = "above each Triton bar: registers and stack per thread, occupancy"
+    ax_ms.set_title(f"white: time of {highlight} / time of {reference}; {above}" if highlight is not None else above,
+                    fontsize=8)
     ax_bw.set_ylabel("% of measured copy bandwidth (minimal bytes / time)")
     ax_bw.axhline(100, color="grey", linestyle="--", linewidth=1)
     ax_bw.legend(fontsize=7, loc="upper right")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    if notes:  # horizontal, and moved up where two would overlap
+        xs, tops, texts = zip(*notes)
+        label_points(ax_ms, xs, tops, texts, fontsize=5.5, offset=(0, 12), merge_px=0.5, upward=True, ha="center",
+                     linespacing=1.0, marker_pt=0, avoid=ax_ms.patches)
     return fig
 
 
@@ -374,20 +380,6 @@ def ncu_side_by_side(ncu: pd.DataFrame, *, minimal_bytes: float, labels: Sequenc
     return table
 
 
-def _label_groups(xs, ys, names, tol: float = 0.06):
-    """Points within ``tol`` (in log10 units, both axes) of an earlier one share its label; yields ((x, y), names)
-    in the order of first appearance."""
-    groups: list[tuple[tuple[float, float], list[str]]] = []
-    for x, y, name in zip(xs, ys, names):
-        for (gx, gy), members in groups:
-            if abs(math.log10(x / gx)) < tol and abs(math.log10(y / gy)) < tol:
-                members.append(name)
-                break
-        else:
-            groups.append(((x, y), [name]))
-    return groups
-
-
 def plot_time_vs_traffic(points: pd.DataFrame, *, copy_gbps: float, l2_bytes: float, title: str = "") -> plt.Figure:
     """Measured time against the bytes a kernel moves counting its spills (``bytes_min`` +
     ``static_spill_traffic_bytes``), log-log; the line is that traffic at the copy bandwidth (every spill byte
@@ -411,9 +403,6 @@ def plot_time_vs_traffic(points: pd.DataFrame, *, copy_gbps: float, l2_bytes: fl
         if sel.any():
             ax.scatter(traffic[sel], data.loc[sel, "ms_median"], s=40, edgecolor="black", linewidth=0.4,
                        label=f"resident stack {'>' if flag else '≤'} L2 ({l2_bytes / 2**20:.0f} MiB)", **style)
-    for (x, y), names in _label_groups(traffic.to_numpy(), data["ms_median"].to_numpy(dtype=float),
-                                       list(data["case"])):
-        ax.annotate(", ".join(names), (x, y), xytext=(5, -3), textcoords="offset points", fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_ticks(ax, "x")
@@ -424,6 +413,8 @@ def plot_time_vs_traffic(points: pd.DataFrame, *, copy_gbps: float, l2_bytes: fl
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
+    label_points(ax, traffic.to_numpy(), data["ms_median"].to_numpy(dtype=float), list(data["case"]), fontsize=7,
+                 offset=(5, 0))
     return fig
 
 

@@ -1,9 +1,12 @@
 """What every figure shares: deterministic files (the same data gives byte-identical SVG and PNG files),
-a caption naming the GPU and the date, and the check that a frame has the columns a figure needs."""
+a caption naming the GPU and the date, the check that a frame has the columns a figure needs, and labels beside
+points that never cover one another (:func:`label_points`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import math
 
 import matplotlib
 import pandas as pd
@@ -88,3 +91,57 @@ def figure_context(df: pd.DataFrame) -> tuple[str, float | None]:
     date = measured_days(df) or meta.get("timestamp_utc")
     copy = meta.get("copy_gbps")
     return caption(gpu, date), (float(copy) if isinstance(copy, (int, float)) else None)
+
+
+def label_points(ax, xs, ys, labels, *, fontsize: float = 6.0, offset=(4.0, 0.0), merge_px: float = 4.0,
+                 pad_pt: float = 0.6, draw: bool = True, upward: bool = False, marker_pt: float = 6.0,
+                 avoid=(), **text_kw) -> list:
+    """Write ``labels`` beside their points (``offset`` in points, right of the point) so that no label covers
+    another, a point (a marker of ``marker_pt`` points) or an artist of ``avoid`` (bars, say): the labels of points
+    closer than ``merge_px`` pixels become one ("30 · 28"; a label repeated there is written once), and a label that
+    would overlap moves up or down by whole label heights, with a thin line back to its point. Place the labels once
+    the figure's layout is final (after ``tight_layout``): the layout moves points, and labels keep their offsets.
+    ``draw=False`` skips drawing the figure first (a caller labelling several axes of one figure draws it once);
+    ``upward`` moves labels only up (labels above bars, which a label moved down would cover). Returns the
+    annotations."""
+    fig = ax.figure
+    if draw:
+        fig.canvas.draw()  # positions and the renderer that measures text
+    renderer = fig.canvas.get_renderer()
+    groups: list[list] = []  # [display (x, y), data (x, y), labels]
+    for x, y, label in zip(xs, ys, labels):
+        if not label or x is None or y is None or not (math.isfinite(float(x)) and math.isfinite(float(y))):
+            continue
+        px, py = ax.transData.transform((float(x), float(y)))
+        for group in groups:
+            if abs(group[0][0] - px) <= merge_px and abs(group[0][1] - py) <= merge_px:
+                if str(label) not in group[2]:
+                    group[2].append(str(label))
+                break
+        else:
+            groups.append([(px, py), (float(x), float(y)), [str(label)]])
+    from matplotlib.transforms import Bbox
+
+    points_to_px = fig.dpi / 72.0
+    marker = marker_pt * points_to_px / 2  # the points themselves: no label covers a marker either
+    placed = [Bbox.from_extents(px - marker, py - marker, px + marker, py + marker) for (px, py), *_ in groups]
+    placed += [artist.get_window_extent(renderer) for artist in avoid]
+    annotations = []
+    for (px, py), (x, y), names in sorted(groups, key=lambda g: (-g[0][1], g[0][0])):
+        text = " · ".join(names)
+        probe = ax.annotate(text, (x, y), xytext=offset, textcoords="offset points", fontsize=fontsize,
+                            va="center", **text_kw)
+        box = probe.get_window_extent(renderer)
+        probe.remove()
+        step = box.height / points_to_px + pad_pt  # one label height, in points
+        for k in range(0, 61):
+            # 0, -h, +h, -2h, +2h, ... (upward: 0, +h, +2h, ...)
+            dy = k * step if upward else (k + 1) // 2 * step * (-1 if k % 2 else 1)
+            moved = box.translated(0, dy * points_to_px)
+            if not any(moved.overlaps(other) for other in placed):
+                break
+        arrow = dict(arrowstyle="-", color="grey", linewidth=0.4, shrinkA=0, shrinkB=2) if dy else None
+        annotations.append(ax.annotate(text, (x, y), xytext=(offset[0], offset[1] + dy), textcoords="offset points",
+                                       fontsize=fontsize, va="center", arrowprops=arrow, **text_kw))
+        placed.append(moved)
+    return annotations

@@ -11,7 +11,8 @@ import pandas as pd
 
 from .figures import figure_context
 
-__all__ = ["step_summary", "kernel_summary", "ncu_comparison", "plot_step_breakdown", "plot_ncu_occupancy"]
+__all__ = ["step_summary", "kernel_summary", "ncu_comparison", "plot_step_breakdown", "plot_ncu_occupancy",
+           "step_reading"]
 
 
 def step_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -24,6 +25,35 @@ def step_summary(df: pd.DataFrame) -> pd.DataFrame:
                "device_us_per_step", "peak_mem_mib", "n_regs", "occupancy", "limiter", "max_rel_err"]
     columns = [c for c in columns if c in steps]
     return steps[columns].sort_values("ms_median", na_position="last").reset_index(drop=True)
+
+
+def step_reading(df: pd.DataFrame, *, gradient_bytes: float) -> list[str]:
+    """What the recorded profile shows, one Markdown bullet each: % of copy per variant, where the step time exceeds
+    the device time (the GPU idle between kernels), peak memory over the gradient (``gradient_bytes``, the part no
+    variant can avoid), and for the Triton variants the share of the device time in Triton kernels (rows with
+    registers) against the PyTorch kernels around them."""
+    summary = step_summary(df)
+    ok = summary[summary["status"] == "ok"]
+    lines = ["* **Against the floor:** " + ", ".join(f"{r.variant} {r.pct_of_copy:.1f}%" for r in ok.itertuples())
+             + " of copy bandwidth."]
+    idle = (ok["ms_median"] * 1e3 - ok["device_us_per_step"]).clip(lower=0)
+    share = idle / (ok["ms_median"] * 1e3)
+    lines.append("* **Time outside kernels** (step time minus device time): " + ", ".join(
+        f"{v} {us:.1f} µs ({100 * f:.1f}%)" for v, us, f in zip(ok["variant"], idle, share)) + ".")
+    lines.append(f"* **Peak memory** over the gradient ({gradient_bytes / 2**20:.0f} MiB in bf16 at this shape): "
+                 + ", ".join(f"{r.variant} {r.peak_mem_mib * 2**20 / gradient_bytes:.2f}×" for r in ok.itertuples())
+                 + ".")
+    kernels = df[(df["row_kind"] == "kernel") & (df["status"] == "ok")]
+    parts = []
+    for variant, rows in kernels.groupby("variant", sort=False):
+        triton = rows["n_regs"].notna()
+        if triton.any():
+            others = sorted(set(rows.loc[~triton, "short_name"]))
+            parts.append(f"{variant} {rows.loc[triton, 'pct_of_device'].sum():.1f}%"
+                         + (f" (the rest: {', '.join(others)})" if others else ""))
+    if parts:
+        lines.append("* **Device time in the Triton kernels** of each Triton variant: " + "; ".join(parts) + ".")
+    return lines
 
 
 def kernel_summary(df: pd.DataFrame, *, top: int = 4) -> pd.DataFrame:

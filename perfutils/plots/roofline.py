@@ -137,6 +137,56 @@ def roofline_table(df: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     return out
 
 
+PROJECT_VARIANTS = ("fused", "two_pass", "split_row", "auto")
+
+
+def roofline_reading(table: pd.DataFrame, ceilings: Ceilings) -> list[str]:
+    """What the placed points (:func:`roofline_table`) show, one Markdown bullet each: their intensity against the
+    FP32 ridge and the roof that binds; ``two_pass`` against its re-read bound (it reads every input twice: the
+    minimal bytes over those, in bf16 4 of 6 B per element for labels cross-entropy, 6 of 10 with target logits);
+    how far each baseline and the project's best sit from the floor; where the benchmark's configuration trails the
+    sweep's best for the same variant and shape."""
+    lines = []
+    binding = table["binding_roof"].value_counts()
+    text = (f"* **Roofs.** The points' intensity is {table['intensity'].min():.2f}–{table['intensity'].max():.2f} "
+            "flop/byte")
+    if ceilings.fp32_tflops and ceilings.dram_gbps:
+        ridge = ceilings.fp32_tflops * 1e3 / ceilings.dram_gbps
+        text += f", {ridge / table['intensity'].max():.0f}× left of the FP32 ridge ({ridge:.1f} flop/byte)"
+    text += "; binding roof: " + ", ".join(f"{roof} at {n} of {len(table)} points" for roof, n in binding.items()) + "."
+    lines.append(text)
+    two = table[table["variant"] == "two_pass"]
+    if len(two):
+        parts = []
+        per_element = two["bytes"] / (two["tokens"] * two["vocab"])
+        dtype_bytes = two["dtype"].map(_dtype_bytes)
+        bound = 100 * per_element / (2 * per_element - dtype_bytes)  # every input read twice, the gradient once
+        for label, part in two.assign(bound=bound).groupby("loss_label"):
+            parts.append(f"{label} at most {part['pct_of_copy'].max():.1f}% (bound {part['bound'].iloc[0]:.1f}%)")
+        lines.append("* **two_pass and its re-read.** Reading every input twice caps it near minimal bytes / bytes "
+                     "moved of copy bandwidth: " + "; ".join(parts) + ".")
+    bench = table[table["source"] == "benchmark"] if "source" in table else table
+    spans = []
+    for variant in [v for v in bench["variant"].unique() if v not in PROJECT_VARIANTS]:
+        x = bench.loc[bench["variant"] == variant, "x_floor"]
+        spans.append(f"{variant} {x.min():.2f}–{x.max():.2f}×")
+    ours = bench[bench["variant"].isin(PROJECT_VARIANTS)].groupby(["loss_label", "vocab"])["x_floor"].min()
+    if len(ours):
+        spans.append(f"the best of the project's variants {ours.min():.2f}–{ours.max():.2f}×")
+    if spans:
+        lines.append("* **Distance to the floor** (time over the floor, per shape): " + ", ".join(spans) + ".")
+    if "source" in table:
+        keys = ["loss_label", "vocab", "variant"]
+        pair = (table[table["source"] == "benchmark"].set_index(keys)["time_us"]
+                / table[table["source"] == "sweep best"].set_index(keys)["time_us"]).dropna()
+        if len(pair):
+            worst = pair.idxmax()
+            lines.append(f"* **Sweep best against the benchmark.** At {len(pair)} shapes both recorded a variant, the "
+                         f"benchmark's configuration takes {pair.min():.2f}–{pair.max():.2f}× the sweep's best time "
+                         f"(the most: {worst[2]}, {worst[0]} at vocab {worst[1]}).")
+    return lines
+
+
 def floor_table(pairs, tokens: int, vocabs, dtype: str = "bf16", copy_gbps: float | None = None) -> pd.DataFrame:
     """Reference math per (loss, target_format) and vocab: bytes/element, minimum bytes, flops,
     transcendentals, intensity, and (with ``copy_gbps``) the floor in microseconds."""

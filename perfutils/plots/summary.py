@@ -3,12 +3,14 @@
     python -m perfutils.plots.summary [--gpu-dir data/h100-sxm-80gb]                # benchmark.csv's table
     python -m perfutils.plots.summary --vocab-sweep [--gpu-dir data/h100-sxm-80gb]  # vocab_sweep.csv's table
     python -m perfutils.plots.summary --public-call [--gpu-dir data/h100-sxm-80gb]  # public_call.csv's table
+    python -m perfutils.plots.summary --host-overhead [--gpu-dir data/h100-sxm-80gb]  # host_overhead.csv's tables
     python -m perfutils.plots.summary --tensor-parallel [--gpu-dir data/h100-sxm-80gb]  # tensor_parallel.csv's
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -67,8 +69,8 @@ def ratio_line(best) -> str:
     return f"Worst ratios over {parts[0]}: " + "; ".join(parts[1:]) + "."
 
 
-# The README's rows of the vocab sweep: Llama 2 / Mistral, GPT-2, Llama 3, Qwen 2, Gemma 3 vocabularies.
-README_VOCABS = (32000, 50257, 128256, 151936, 262144)
+# The landing page's rows of the vocab sweep: Llama 2 / Mistral, GPT-2, Llama 3, Qwen 2, Gemma 3 vocabularies.
+HEADLINE_VOCABS = (32000, 50257, 128256, 151936, 262144)
 _PEER_COLUMNS = (("torch_compile", "torch.compile"), ("fast_llm", "Fast-LLM"), ("liger", "liger"))
 
 
@@ -76,12 +78,13 @@ def _ms(value) -> str:
     return "-" if value is None or pd.isna(value) else f"{value:.3f}"
 
 
-def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vocabs=README_VOCABS,
+def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vocabs=HEADLINE_VOCABS,
                       grid_lines: bool = True) -> str:
-    """The README's results: per loss x vocab at ``tokens``, the peers' and the project's ms (public call and its
-    kernel-only plan), and of the public call % of copy, host µs and syncs per call; then where the data comes from
-    and, with ``grid_lines``, the whole grid's worst cells and the quack figures (:func:`vocab_sweep_lines`; a second
-    table of the same file leaves them out: they would repeat)."""
+    """The landing page's headline results (perfutils.report_index): per loss x vocab at ``tokens``, the peers' and
+    the project's ms (public call and its kernel-only plan), and of the public call % of copy, host µs and syncs per
+    call; then where the data comes from and, with ``grid_lines``, the whole grid's worst cells, the autograd form
+    against the plain call and the quack figures (:func:`vocab_sweep_lines`; a second table of the same file leaves
+    them out: they would repeat)."""
     from .vocab_sweep import cell_table
 
     path = gpu_dir / "vocab_sweep.csv"
@@ -138,9 +141,9 @@ def _peer_versions(df, peer: str) -> list[str]:
 
 def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16",
                       grid: bool = True) -> list[str]:
-    """The source line, then with ``grid`` the worst cells of the whole grid and the quoted quack figures beside the
-    public call."""
-    from .vocab_sweep import worst_cells
+    """The source line, then with ``grid`` the worst cells of the whole grid, the autograd form against the plain call
+    where one process measured both, and the quoted quack figures beside the public call."""
+    from .vocab_sweep import autograd_line, autograd_ratio, worst_cells
 
     copy = meta.get("copy_gbps")
     fast_llm = _peer_versions(df, "fast_llm")
@@ -166,6 +169,9 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
     lines.append(f"Lowest % of copy of the public call over the grid ({worst['cells']} cells, {dtype}): "
                  f"{low['loss_label']} {low['tokens']} × {low['vocab']}, {low['pct_of_copy']:.0f}% "
                  f"({low['ms']:.3f} ms).")
+    autograd = autograd_line(autograd_ratio(df, meta, dtype=dtype))
+    if autograd:
+        lines.append(autograd)
     quack = quack_line(df, gpu_dir, dtype)
     if quack:
         lines.append(quack)
@@ -236,36 +242,111 @@ def public_call_table(gpu_dir: Path) -> str:
                f"in {zero} of {len(ratios)} cells"
                + (f" (the {first} call{'s' if first > 1 else ''} with one sync: the first configuration a process "
                   "measured)" if first and first == len(synced) else "") + ".")
-    overhead = host_overhead_line(gpu_dir)
-    return "\n".join(lines) + "\n\n" + source + "\n\n" + summary + (f"\n\n{overhead}" if overhead else "")
+    return "\n".join(lines) + "\n\n" + source + "\n\n" + summary
 
 
-def host_overhead_line(gpu_dir: Path) -> str | None:
-    """What the pieces of a repeated call cost the host (``host_overhead.csv``), as one sentence."""
+PUBLIC_CALL_PIECE = re.compile(r"^\s*(?P<piece>.*\S)\s+(?P<loss>[a-z_]+/[a-z_]+)$")  # "... cross_entropy/labels"
+HOST_PIECE_LABELS = {  # the public call's pieces as the by-loss table names them (the CSV's names otherwise)
+    "entropy_loss_forward_backward": "public call, `entropy_loss_forward_backward`",
+    "of which the template's run (allocations + launches)": "… of which the template's run (allocations + launch)",
+    "of which the template key and lookup": "… of which the template's key and lookup",
+    "entropy_loss(...).backward()": "autograd form, `entropy_loss(...).backward()`",
+}
+
+
+def _md_text(text: str) -> str:
+    """``text`` as literal Markdown table text: brackets, asterisks, underscores and pipes escaped."""
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
+
+
+def _us(value) -> str:
+    """Host microseconds as a table shows them: one decimal below 100."""
+    return "-" if value is None or pd.isna(value) else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _loss_header(spec: str) -> str:
+    loss, target_format = spec.split("/")
+    return f"{loss} ({target_format})" if loss == "cross_entropy" else loss
+
+
+def _host_pieces(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the public call's pieces per loss: a piece x loss frame of µs, the other rows: group, piece, µs)."""
+    parsed = df["piece"].astype(str).str.extract(PUBLIC_CALL_PIECE)
+    per_loss = (df["group"] == "public call") & parsed["loss"].notna()
+    table = (df[per_loss].assign(piece=parsed.loc[per_loss, "piece"], loss=parsed.loc[per_loss, "loss"])
+             .pivot_table(index="piece", columns="loss", values="us_per_call", sort=False))
+    return table, df[~per_loss][["group", "piece", "us_per_call"]]
+
+
+def host_overhead_table(gpu_dir: Path, groups=("autograd step", "public call")) -> str | None:
+    """What a repeated call costs the host, piece by piece (``host_overhead.csv``), as Markdown: the public call and
+    its autograd form per loss (µs per call), then the other pieces of ``groups`` (by default the autograd step's
+    parts and PyTorch's floors, e.g. ``x.float().sum().backward()``; every group with ``groups=None``), then where the
+    data comes from and a summary sentence (:func:`host_overhead_line`)."""
     path = gpu_dir / "host_overhead.csv"
     if not path.exists():
         return None
     df = pd.read_csv(path)
     meta = load_metadata(path)
-    us = df.set_index("piece")["us_per_call"]
+    per_loss, others = _host_pieces(df)
+    losses = list(per_loss.columns)
+    lines = ["| host µs per call | " + " | ".join(_loss_header(l) for l in losses) + " |",
+             "|---|" + "---|" * len(losses)]
+    for piece, row in per_loss.iterrows():
+        lines.append(f"| {HOST_PIECE_LABELS.get(piece, piece)} | " + " | ".join(_us(row[l]) for l in losses) + " |")
+    shown = others if groups is None else others[others["group"].isin(groups)]
+    if len(shown):
+        lines += ["", "| what is timed | host µs per call |", "|---|---|"]
+        for r in shown.itertuples():  # PyTorch's floors (pieces "floor: ...") say so first
+            floor = r.piece.strip().startswith("floor:")
+            what = "PyTorch's floor" if floor else r.group
+            piece = r.piece.strip().removeprefix("floor:").strip()
+            lines.append(f"| {what}: {_md_text(piece)} | {_us(r.us_per_call)} |")
+    source = (f"Wall-clock µs per call of calls back to back on the host of the GPU machine ({meta.get('gpu_name')}, "
+              f"torch {meta.get('torch_version')}, Triton {meta.get('triton_version')}, "
+              f"{(meta.get('parameters') or {}).get('problem') or meta.get('problem') or '8 x 32000 bf16'}), "
+              f"recorded {str(meta.get('timestamp_utc', ''))[:10]} (data/{gpu_dir.name}/host_overhead.csv).")
+    summary = host_overhead_line(gpu_dir)
+    return "\n".join(lines) + "\n\n" + source + (f"\n\n{summary}" if summary else "")
 
-    def pick(prefix: str) -> pd.Series:
-        return us[us.index.str.startswith(prefix)]
 
-    public = pick("entropy_loss_forward_backward")
-    template = pick("  of which the template's run")
-    autograd = pick("entropy_loss(...).backward()")
-    floor = pick("floor:")
-    launch = pick("CompiledKernel.run(...) (same kernel, direct)")
-    empty = pick("torch.empty")
-    return (f"Host µs per piece of a repeated call ({meta.get('gpu_name')}, torch {meta.get('torch_version')}, Triton "
-            f"{meta.get('triton_version')}, {meta.get('problem', '8 x 32000 bf16')}, recorded "
-            f"{str(meta.get('timestamp_utc', ''))[:10]}; data/{gpu_dir.name}/host_overhead.csv): the public call "
-            f"{public.min():.0f}–{public.max():.0f} over the four losses, of which the template's run (the loss "
-            f"and gradient allocations and the kernel launch) {template.min():.0f}–{template.max():.0f} (one "
-            f"compiled-kernel launch {launch.iloc[0]:.1f}, one `torch.empty` {empty.min():.1f}–{empty.max():.1f}); "
-            f"the autograd form {autograd.min():.0f}–{autograd.max():.0f}, where PyTorch's autograd alone on `x.float().sum().backward()` "
-            f"costs {floor.iloc[0]:.0f}.")
+def host_overhead_line(gpu_dir: Path) -> str | None:
+    """What the pieces of a repeated call cost the host (``host_overhead.csv``), as one sentence: the public call and
+    its autograd form over the four losses, and the floors PyTorch sets for an autograd step where recorded."""
+    path = gpu_dir / "host_overhead.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    per_loss, others = _host_pieces(df)
+
+    def row(name: str) -> pd.Series:
+        return per_loss.loc[name] if name in per_loss.index else pd.Series(dtype=float)
+
+    def other(contains: str) -> float | None:
+        found = others[others["piece"].str.contains(contains, regex=False)]["us_per_call"]
+        return float(found.iloc[0]) if len(found) else None
+
+    public, template = row("entropy_loss_forward_backward"), row("of which the template's run (allocations + launches)")
+    autograd = row("entropy_loss(...).backward()")
+    parts = []
+    if len(public):
+        parts.append(f"the public call costs {public.min():.0f}–{public.max():.0f} µs over the four losses"
+                     + (f", of which its template's run (allocations and the launch) {template.min():.0f}–"
+                        f"{template.max():.0f}" if len(template) else ""))
+    if len(autograd):
+        text = f"its autograd form {autograd.min():.0f}–{autograd.max():.0f}"
+        if len(public):
+            ratio = autograd / public
+            text += f" ({ratio.min():.1f}–{ratio.max():.1f}× the public call's)"
+        parts.append(text)
+    floors = [(other("F.cross_entropy("), "PyTorch's own `F.cross_entropy(...).backward()` step"),
+              (other("Function handing back"), "a Function that only hands an allocated gradient back (`.apply` + "
+                                               "`.backward()`: the autograd engine's own cost)"),
+              (other("x.float().sum().backward()"), "`x.float().sum().backward()`")]
+    floors = [(us, what) for us, what in floors if us is not None]
+    if floors:
+        parts.append("against " + ", ".join(f"{what} {us:.0f}" for us, what in floors))
+    return ("Host µs per call: " + "; ".join(parts) + ".") if parts else None
 
 
 def _first_of_their_process(rows, meta: dict, chosen) -> int:
@@ -332,14 +413,18 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-sweep", action="store_true", help="the vocab sweep's table (vocab_sweep.csv)")
     parser.add_argument("--public-call", action="store_true", help="issue 13's grid in one process (public_call.csv)")
     parser.add_argument("--tensor-parallel", action="store_true", help="tp=2 against tp=1 (tensor_parallel.csv)")
+    parser.add_argument("--host-overhead", action="store_true", help="the pieces of a call's host time "
+                        "(host_overhead.csv)")
     parser.add_argument("--tokens", type=int, default=4096, help="the vocab sweep's table at this token count")
-    parser.add_argument("--vocabs", type=int, nargs="+", default=list(README_VOCABS),
+    parser.add_argument("--vocabs", type=int, nargs="+", default=list(HEADLINE_VOCABS),
                         help="the vocab sweep's table at these vocabularies")
     parser.add_argument("--table-only", action="store_true",
                         help="leave out the whole grid's worst cells and the quack figures (a second table)")
     args = parser.parse_args(argv)
     if args.public_call:
         print(public_call_table(args.gpu_dir))
+    elif args.host_overhead:
+        print(host_overhead_table(args.gpu_dir, groups=None) or f"no host_overhead.csv in {args.gpu_dir}")
     elif args.tensor_parallel:
         print(tensor_parallel_table(args.gpu_dir))
     else:

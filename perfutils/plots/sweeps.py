@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .figures import label_points
 from ..measure.records import check_single_gpu
 
 
@@ -38,7 +39,8 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = None, title: str = "") -> plt.Figure:
     """GB/s against theoretical occupancy, one point per (block size, warps), per loss × vocab.
 
-    Points are annotated with registers per thread (and spilled bytes when the compiler spilled).
+    Points are annotated with registers per thread (and spilled bytes when the compiler spilled); labels of points
+    that coincide are joined, and none covers another (:func:`perfutils.plots.figures.label_points`).
     """
     data = _ok(df)
     panels = _panels(data)
@@ -49,6 +51,7 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
     block_sizes = sorted(data["block_size"].dropna().unique())
     palette = dict(zip(block_sizes, sns.color_palette("viridis", len(block_sizes))))
     markers = dict(zip(sorted(data["num_warps"].dropna().unique()), "osD^vP"))
+    notes = []  # (axes, x, y, label): written once the layout is final, so that none covers another
     for (label, vocab) in panels:
         ax = axes[losses.index(label)][vocabs.index(vocab)]
         part = data[(data["loss_label"] == label) & (data["vocab"] == vocab)]
@@ -58,7 +61,7 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
             note = f"{int(row.n_regs)}" if not pd.isna(row.n_regs) else ""
             if not pd.isna(row.spill_bytes) and row.spill_bytes > 0:
                 note += f"/S{int(row.spill_bytes)}"
-            ax.annotate(note, (row.occupancy * 100, row.gbps), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+            notes.append((ax, row.occupancy * 100, row.gbps, note))
         if copy_gbps:
             ax.axhline(copy_gbps, color="grey", linestyle="--", linewidth=1)
             ax.text(1, copy_gbps, "copy bandwidth", fontsize=7, va="bottom", color="grey")
@@ -73,6 +76,10 @@ def plot_bandwidth_vs_occupancy(df: pd.DataFrame, *, copy_gbps: float | None = N
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 10), fontsize=7, bbox_to_anchor=(0.5, 1.02))
     fig.suptitle(title or "Bandwidth vs occupancy (labels: registers/thread, S = spilled bytes)", y=1.06, fontsize=10)
     fig.tight_layout()
+    fig.canvas.draw()  # once: every panel's labels are measured against this layout
+    for ax in {id(a): a for a, *_ in notes}.values():
+        xs, ys, texts = zip(*[(x, y, note) for a, x, y, note in notes if a is ax])
+        label_points(ax, xs, ys, texts, fontsize=5.5, draw=False)
     return fig
 
 
@@ -96,6 +103,39 @@ def plot_gbps_heatmap(df: pd.DataFrame, *, value: str = "gbps", title: str = "")
     fig.suptitle(title or f"{unit} over block size × warps (blank: failed or not run)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def occupancy_reading(df: pd.DataFrame, by=("loss", "target_format", "vocab", "variant")) -> str:
+    """What the sweep says about occupancy and spills, per shape (``by``): at how many shapes the fastest
+    configuration has the highest occupancy of its shape, the sign of the rank correlation of occupancy and GB/s, and
+    where the configurations that spill rank among their shape's (the share in its slower half and slowest quarter),
+    with the median % of copy with and without spills."""
+    ok = df[df["status"] == "ok"]
+    shapes = list(ok.groupby(list(by)))
+    fastest_most = 0
+    correlations = []
+    ranks = []
+    for _, part in shapes:
+        best = part.loc[part["gbps"].idxmax()]
+        fastest_most += int(best["occupancy"] >= part["occupancy"].max())
+        correlations.append(part[["occupancy", "gbps"]].corr(method="spearman").iloc[0, 1])
+        spills = part["spill_bytes"].fillna(0) > 0
+        ranks += part["gbps"].rank(pct=True)[spills].tolist()  # 1 = the fastest of its shape
+    negative = sum(c < 0 for c in correlations)
+    text = (f"At {fastest_most} of {len(shapes)} shapes the fastest configuration has the highest occupancy of its "
+            f"shape; the rank correlation of occupancy and GB/s is negative at {negative} of them "
+            f"({min(correlations):.2f} to {max(correlations):.2f}).")
+    if ranks:
+        slower_half = sum(r <= 0.5 for r in ranks)
+        slowest_quarter = sum(r <= 0.25 for r in ranks)
+        spills = ok["spill_bytes"].fillna(0) > 0
+        with_spills, without = ok.loc[spills, "pct_of_copy"].median(), ok.loc[~spills, "pct_of_copy"].median()
+        text += (f" Of the {len(ranks)} configurations that spill, {slower_half} rank in the slower half of their "
+                 f"shape's configurations and {slowest_quarter} in the slowest quarter; median % of copy "
+                 f"{with_spills:.1f} with spills, {without:.1f} without.")
+    else:
+        text += " No configuration spills."
+    return text
 
 
 def best_per_group(df: pd.DataFrame, by=("loss", "target_format", "vocab", "variant")) -> pd.DataFrame:

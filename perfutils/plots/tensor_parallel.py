@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from ..notebook import span
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
 from .sweeps import loss_label
 
@@ -141,6 +142,40 @@ def communication_table(df: pd.DataFrame) -> pd.DataFrame:
     out = data[columns].copy()
     out["exchange_share_of_dram"] = (out["bytes_sent"] + out["bytes_received"]) / out["bytes_dram_model"]
     return out.sort_values(SHAPE + ["variant"]).reset_index(drop=True)
+
+
+def reading(model: pd.DataFrame, df: pd.DataFrame) -> list[str]:
+    """What the byte model (``perfutils.measure.tensor_parallel.bytes_model``) and the recorded steps show, one Markdown
+    bullet each: each design's bytes per rank over the minimum and the step ratio to tp=1 those bytes alone would
+    give, beside the measured ratios; the exchange's share of a rank's DRAM bytes; the symmetric design's chunks."""
+    lines = []
+    per_element = model.pivot_table(index=["loss", "target_format"], columns="variant",
+                                     values="dram_bytes_per_element", aggfunc="first")
+    table = time_table(df)
+    parts = []
+    designs = [d for d in TP2_DESIGNS if d in per_element and f"{d} / tp1" in table and "tp2-symmetric" in per_element]
+    for design in designs:
+        over_min = per_element[design] / per_element["tp2-symmetric"]  # the symmetric design moves the minimum
+        bound = 0.5 * per_element[design] / per_element[TP1]  # half the elements per rank, these bytes each
+        measured = table[f"{design} / tp1"].dropna()
+        below = int(sum((table[f"{design} / tp1"] < table.apply(
+            lambda r: bound.get((r["loss"], r["target_format"]), np.nan), axis=1)).dropna()))
+        parts.append(f"{LABELS[design]} moves {span(over_min)}× the minimum per rank, so its bytes alone give "
+                     f"{span(bound)}× tp=1's time; measured {span(measured)}×"
+                     + (f" (below the bytes' ratio at {below} of {len(measured)} shapes: per byte, tp=1 runs slower "
+                        "than tp=2 there)" if below else ""))
+    if parts:
+        lines.append("* **DRAM bytes per rank.** " + "; ".join(parts) + ".")
+    comm = communication_table(df)
+    share = comm.groupby("variant")["exchange_share_of_dram"].max()
+    lines.append("* **The exchange.** At most " + ", ".join(f"{100 * v:.2f}% ({LABELS.get(k, k)})"
+                                                         for k, v in share.items())
+                 + " of a rank's DRAM bytes cross between the GPUs.")
+    chunks = symmetric_chunks(df)["block_size"].value_counts()
+    lines.append("* **The symmetric design's chunks.** The first-call search chose "
+                 + ", ".join(f"{int(b)}-column chunks at {n}" for b, n in chunks.items())
+                 + f" of {int(chunks.sum())} shapes.")
+    return lines
 
 
 def print_summary(path) -> None:

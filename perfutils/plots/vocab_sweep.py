@@ -4,7 +4,9 @@ Functions of the frame :mod:`perfutils.measure.vocab_sweep` records (``vocab_swe
 (% of copy bandwidth against the vocabulary, one panel per loss and token count, the project's public call, its
 autograd form and its kernel-only plan beside the peers: a cliff shows as a drop of one line),
 :func:`plot_host_cost` (host microseconds per call and synchronizations per call, per provider) and the tables
-:func:`cell_table` (one row per loss x vocab) and :func:`worst_cells` (the grid's worst cells). Quoted reference
+:func:`cell_table` (one row per loss x vocab), :func:`worst_cells` (the grid's worst cells) and
+:func:`autograd_ratio` / :func:`autograd_line` (the autograd form's time over the plain call's, where one process
+measured both side by side). Quoted reference
 figures (quack: ``quack_reference.csv``) are drawn as hollow markers and never mixed into measured rows.
 """
 
@@ -16,10 +18,12 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..notebook import span
 from .figures import check_frame, figure_context
 
-__all__ = ["PROVIDER_LABELS", "PROVIDER_ORDER", "PEERS", "auto_choices", "cell_table", "host_cost_table", "loss_label",
-           "measured", "plot_host_cost", "plot_pct_of_copy", "vocab_tick", "worst_cells"]
+__all__ = ["PROVIDER_LABELS", "PROVIDER_ORDER", "PEERS", "auto_choices", "autograd_line", "autograd_ratio",
+           "cell_table", "gpu_comparison_line", "host_cost_table", "latest_pairs", "loss_label", "measured",
+           "plot_host_cost", "plot_pct_of_copy", "sync_line", "vocab_tick", "worst_cells"]
 
 PROVIDER_ORDER = ("public", "public_autograd", "plan", "torch_compile", "fast_llm", "liger", "quack")
 PROVIDER_LABELS = {
@@ -276,3 +280,122 @@ def auto_choices(df: pd.DataFrame, *, provider: str = "public", dtype: str = "bf
     table["loss_label"] = pd.Categorical(table["loss_label"], [l for l in LOSS_ORDER if l in set(table["loss_label"])],
                                          ordered=True)
     return table.sort_values(["loss_label", "tokens", "vocab"]).reset_index(drop=True)
+
+
+def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
+    """Per (loss, tokens, vocab) with both forms recorded: the autograd form's time (``entropy_loss`` +
+    ``.backward()``) over the plain call's (``entropy_loss_forward_backward``), the commit and day each was recorded
+    with, and ``side_by_side``: True where one process measured both (the sidecar's sessions,
+    :func:`perfutils.provenance.row_sessions`), so that the ratio compares one code, one machine state."""
+    from ..provenance import row_commits, row_sessions
+
+    rows = measured(df, dtype=dtype)
+    rows = rows[rows["provider"].isin(["public", "public_autograd"])]
+    if rows.empty:
+        return pd.DataFrame(columns=["loss_label", "tokens", "vocab", "public_ms", "autograd_ms",
+                                     "autograd_over_public", "code_commit", "day", "side_by_side"])
+    rows = rows.assign(session=row_sessions(rows, meta), code_commit=row_commits(rows, meta),
+                       day=rows["timestamp_utc"].astype(str).str[:10])
+    keys = ["loss_label", "tokens", "vocab"]
+    columns = ["ms_median", "session", "code_commit", "day"]
+    plain = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
+    grad = rows[rows["provider"] == "public_autograd"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
+    both = plain.join(grad.add_prefix("autograd_"), how="inner").reset_index()
+    both["side_by_side"] = both["session"] == both["autograd_session"]
+    both["autograd_over_public"] = both["autograd_ms_median"] / both["ms_median"]
+    both = both.rename(columns={"ms_median": "public_ms", "autograd_ms_median": "autograd_ms"})
+    both["loss_label"] = pd.Categorical(both["loss_label"], [l for l in LOSS_ORDER if l in set(both["loss_label"])],
+                                        ordered=True)
+    both = both.sort_values(["tokens", "vocab", "loss_label"]).reset_index(drop=True)
+    return both[["loss_label", "tokens", "vocab", "public_ms", "autograd_ms", "autograd_over_public", "code_commit",
+                 "day", "side_by_side"]]
+
+
+def latest_pairs(ratios: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`autograd_ratio` measured side by side in its latest measurement (one day, one commit)."""
+    paired = ratios[ratios["side_by_side"]]
+    if paired.empty:
+        return paired
+    latest = paired.sort_values("day").iloc[-1]
+    commits = paired["code_commit"].fillna("")  # rows of an unrecorded commit share that (unknown) code
+    commit = latest["code_commit"] if isinstance(latest["code_commit"], str) else ""
+    return paired[(paired["day"] == latest["day"]) & (commits == commit)]
+
+
+def autograd_line(ratios: pd.DataFrame) -> str | None:
+    """One sentence from :func:`autograd_ratio`: the autograd form over the plain call, per token count, in the
+    latest measurement of both side by side (one day, one commit), then how many earlier side-by-side pairs and
+    how many cells whose two rows came from different processes (no ratio given). None without a pair."""
+    paired = ratios[ratios["side_by_side"]]
+    if paired.empty:
+        return None
+    newest = latest_pairs(ratios)
+    latest = newest.iloc[0]
+    parts = []
+    for tokens, part in newest.groupby("tokens"):
+        vocabs = sorted(part["vocab"].unique())
+        where = f"{vocabs[0]}–{vocabs[-1]}" if len(vocabs) > 1 else f"{vocabs[0]}"
+        cells = f"{len(part)} cell{'s' if len(part) != 1 else ''}"
+        parts.append(f"{span(part['autograd_over_public'])}× at {tokens} tokens ({cells}, vocab {where})")
+    commit = f", commit {latest['code_commit']}" if isinstance(latest["code_commit"], str) else ""
+    text = (f"The autograd form (`entropy_loss` + `.backward()`) over the plain call, both measured by one process on "
+            f"{latest['day']}{commit}: " + "; ".join(parts) + ".")
+    earlier = paired.drop(newest.index)
+    if len(earlier):
+        ratio = earlier["autograd_over_public"]
+        days = f"{earlier['day'].min()} to {earlier['day'].max()}"
+        text += (f" Earlier side-by-side pairs ({len(earlier)} cells, {earlier['code_commit'].nunique()} other "
+                 f"commits, {days}): {span(ratio)}×.")
+    apart = int((~ratios["side_by_side"]).sum())
+    if apart:
+        text += (f" At {apart} cell{'s' if apart != 1 else ''} the two forms' rows come from different processes "
+                 "(other days or code): no ratio is drawn from them.")
+    return text
+
+
+def gpu_comparison_line(df: pd.DataFrame, other: pd.DataFrame, *, dtype: str = "bf16") -> str | None:
+    """One sentence on the public call on ``other``'s GPU against ``df``'s at the cells both recorded: against the
+    fastest peer measured there (``other``'s own peers), and its % of copy against ``df``'s. None without a shared
+    cell."""
+    keys = ["loss_label", "tokens", "vocab"]
+    mine, theirs = measured(df, dtype=dtype), measured(other, dtype=dtype)
+    here = mine[mine["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)["pct_of_copy"]
+    there = theirs[theirs["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)["pct_of_copy"]
+    both = pd.concat([here.rename("here"), there.rename("there")], axis=1, join="inner")
+    if both.empty:
+        return None
+    gpu, other_gpu = mine["gpu_name"].iloc[0], theirs["gpu_name"].iloc[0]
+    lower = int((both["there"] < both["here"]).sum())
+    text = (f"At the {len(both)} cells ({dtype}) both GPUs recorded, the public call reaches a lower % of copy on the "
+            f"{other_gpu} than on the {gpu} at {lower} (median {both['there'].median():.0f}% against "
+            f"{both['here'].median():.0f}%)")
+    _, copy_here = figure_context(df)
+    _, copy_there = figure_context(other)
+    if copy_here and copy_there:
+        text += f"; its measured copy bandwidth is {copy_there:.0f} GB/s against {copy_here:.0f}"
+    worst = worst_cells(other, dtype=dtype).get("vs_peer")
+    if worst:
+        verdict = ("faster than the fastest peer measured there at every one of its" if worst["ratio"] < 1
+                   else "not faster than the fastest peer at all of its")
+        text += (f". On the {other_gpu} it is {verdict} {worst['cells']} cells with a peer (at most "
+                 f"{worst['ratio']:.2f}× the best peer's time: {worst['loss_label']} {worst['tokens']} × "
+                 f"{worst['vocab']})")
+    return text + "."
+
+
+def sync_line(df: pd.DataFrame, *, dtype: str = "bf16") -> str:
+    """One sentence: which providers synchronize with the GPU inside a call, how often, at how many of their shapes
+    (``syncs_per_call`` of the ok rows)."""
+    rows = measured(df, dtype=dtype).dropna(subset=["syncs_per_call"])
+    parts = []
+    for provider in _providers(rows):
+        mine = rows[rows["provider"] == provider]["syncs_per_call"]
+        synced = mine[mine > 0]
+        if len(synced):
+            low, high = int(synced.min()), int(synced.max())
+            many = f"{low}" if low == high else f"{low}–{high}"
+            parts.append(f"{PROVIDER_LABELS.get(provider, provider)} {many} at {len(synced)} of its {len(mine)} rows")
+    if not parts:
+        return f"No provider synchronizes with the GPU inside a call ({len(rows)} rows, {dtype})."
+    return ("Device-to-host synchronizations per call, where a provider made any (syncs per call, at how many of its "
+            f"{dtype} rows): " + "; ".join(parts) + ".")

@@ -1,0 +1,107 @@
+"""perfutils.provenance: which kernel sources recorded data came from, file by file and row by row (a throwaway git
+repository with a kernels/ folder stands for the project's history)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pandas as pd
+import pytest
+
+from perfutils import provenance
+
+
+def git(root, *args) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def history(tmp_path):
+    """A repository whose kernels/ changed once: (root, commit before the change, commit after it)."""
+    root = tmp_path / "repo"
+    (root / "kernels").mkdir(parents=True)
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "kernels" / "loss.py").write_text("A = 1\n")
+    (root / "notes.md").write_text("x\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "first")
+    old = git(root, "rev-parse", "HEAD")
+    (root / "kernels" / "loss.py").write_text("A = 2\n")
+    git(root, "commit", "-q", "-am", "kernels change")
+    new = git(root, "rev-parse", "HEAD")
+    (root / "notes.md").write_text("y\n")
+    git(root, "commit", "-q", "-am", "notes only")
+    return root, old, new
+
+
+def sidecar() -> dict:
+    """A sidecar of three processes: the file's first (old code), a peers' stage and a later stage (new code)."""
+    return {"timestamp_utc": "2026-11-23T10:00:00Z", "code_commit": "OLD",
+            "parameters": {"cases": [["public", None, None]], "tokens": [4096]},
+            "sessions": [{"timestamp_utc": "2026-11-23T11:00:00Z", "code_commit": "OLD",
+                          "parameters": {"cases": [["fast_llm", None, None]], "tokens": [4096]}},
+                         {"timestamp_utc": "2026-11-27T09:00:00Z", "code_commit": "NEW",
+                          "parameters": {"cases": [["public", None, None]], "tokens": [1024]}}]}
+
+
+def rows() -> pd.DataFrame:
+    return pd.DataFrame([
+        dict(variant="public", tokens=4096, timestamp_utc="2026-11-23T10:05:00Z"),  # the first process
+        dict(variant="public", tokens=4096, timestamp_utc="2026-11-27T09:05:00Z"),  # after the last start: not its
+        dict(variant="fast_llm", tokens=4096, timestamp_utc="2026-11-23T11:01:00Z"),  # the peers' stage
+        dict(variant="public", tokens=1024, timestamp_utc="2026-11-27T09:01:00Z"),  # the last stage
+        dict(variant="public", tokens=1024, timestamp_utc=None),  # no time: no session
+    ])
+
+
+def with_commits(meta: dict, old: str, new: str) -> dict:
+    text = repr(meta).replace("'OLD'", repr(old)).replace("'NEW'", repr(new))
+    return eval(text)  # noqa: S307 (a literal built above)
+
+
+def test_rows_find_the_process_that_recorded_them():
+    """The latest process that started before a row and measured its variant at its token count."""
+    meta = sidecar()
+    assert provenance.row_sessions(rows(), meta).tolist() == [0, 0, 1, 2, -1]
+    assert provenance.row_commits(rows(), meta).tolist() == ["OLD", "OLD", "OLD", "NEW", None]
+
+
+def test_code_note_of_a_file_says_whether_its_kernels_are_todays(history):
+    root, old, new = history
+    same = provenance.code_note("the counts", {"code_commit": new[:7], "timestamp_utc": "2026-11-27T00:00:00Z"},
+                                root=root)
+    assert same.same is True and same.startswith("Same kernel sources") and "kernels/" in same
+    other = provenance.code_note("the counts", {"code_commit": old}, root=root)
+    assert other.same is False and "1 commit changed kernels/ since" in other
+    unknown = provenance.code_note("the counts", {"code_commit": "0" * 40}, root=root)
+    assert unknown.same is None and unknown.startswith("Kernel sources unknown")
+    against = provenance.code_note("the compiles", {"code_commit": old}, against={"code_commit": new},
+                                   against_what="the timed runs", root=root)
+    assert against.same is False and "the timed runs (commit " in against
+    files = provenance.code_note("the counts", {"code_commit": old}, paths=("kernels/loss.py",), root=root)
+    assert "kernels/loss.py;" in files and "kernels/loss.py/" not in files  # a file is named as a file
+
+
+def test_rows_code_note_counts_rows_of_todays_and_of_other_sources(history):
+    root, old, new = history
+    meta = with_commits(sidecar(), old, new)
+    data = rows().iloc[:4]
+    note = provenance.rows_code_note("recorded rows", data, meta, root=root)
+    assert note.same is False
+    assert note.startswith("Kernel sources by row: of the 4 recorded rows, 1 (commit ")
+    assert f"commit {new[:7]}, 2026-11-27) were measured with the same kernels/ as today's kernels" in note
+    assert f"3 (commit {old[:7]}, 2026-11-23 to 2026-11-27) with different kernels/" in note
+    latest = provenance.rows_code_note("recorded rows", data.iloc[[3]], meta, root=root)
+    assert latest.same is True and latest.startswith("Same kernel sources: all 1 recorded rows")
+    single = provenance.rows_code_note("rows", data, {"code_commit": new}, root=root)  # no sessions: the file's
+    assert single.same is True and single.startswith("Same kernel sources")
+
+
+def test_rows_code_note_of_rows_all_from_other_sources(history):
+    root, old, new = history
+    meta = with_commits(sidecar(), old, new)
+    note = provenance.rows_code_note("rows", rows().iloc[:3], meta, root=root)
+    assert note.same is False
+    assert note.startswith(f"Other kernel sources: all 3 rows were recorded with commit {old[:7]}, 2026-11-23 to")
