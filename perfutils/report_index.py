@@ -262,6 +262,20 @@ def card_html(entry: NotebookEntry, page: Path | None, error: str | None, out_di
             f'<p class="question">{inline_html(entry.question)}</p>{failed}{thumb}</article>')
 
 
+LEARNING_PATH = "12_learning_path"  # the notebook that walks the design steps (perfutils.learning_path)
+
+
+def learning_path_html(page: Path | None) -> str:
+    """The learning path's steps in order, each with its question, linking to the notebook's page."""
+    from .learning_path import STEPS
+
+    link = (lambda text: f'<a href="{html.escape(page.name)}">{text}</a>') if page else (lambda text: text)
+    items = "".join(f"<li>{link(inline_html(step.title))}: {inline_html(step.question)}</li>" for step in STEPS)
+    return ('<h2 id="path">The learning path</h2><p>From the #497 kernel to the fastest kernels, one design step at a '
+            "time: each step's kernel source, the model's prediction and the recorded H100 time.</p>"
+            f'<ol class="path">{items}</ol>')
+
+
 def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str, str], out_dir: Path,
                  data_dir: Path, readme: Path) -> tuple[str, list[str]]:
     """The landing page's HTML and the problems met while building it (also listed on the page)."""
@@ -279,6 +293,9 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
             problems.append(f"{Path(notebook).name}: cannot read it: {error}")
             entry = NotebookEntry(Path(notebook).stem, Path(notebook).stem, "", None)
         cards.append(card_html(entry, by_stem.get(entry.name), failures.get(Path(notebook).name), out_dir))
+
+    path = (learning_path_html(by_stem.get(LEARNING_PATH))
+            if any(Path(notebook).stem == LEARNING_PATH for notebook in notebooks) else "")
 
     data_parts = []
     gpu_dirs = sorted(d for d in data_dir.iterdir() if d.is_dir() and any(d.glob("*.json"))) if data_dir.is_dir() else []
@@ -309,13 +326,13 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
         items = "".join(f"<li><b>{html.escape(k)}</b><pre>{html.escape(v[:2000])}</pre></li>" for k, v in listed.items())
         errors = f'<section class="errors"><h2>Failures ({len(listed)})</h2><ul>{items}</ul></section>'
 
-    jump = " · ".join([f'<a href="#notebooks">the notebooks</a>']
+    jump = " · ".join([f'<a href="#notebooks">the notebooks</a>'] + (['<a href="#path">the learning path</a>'] if path else [])
                       + [f'<a href="#{html.escape(d.name)}">results on {html.escape(d.name)}</a>' for d in gpu_dirs]
                       + ['<a href="#where">where things are</a>'])
     built = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = (f"<main><h1>{html.escape(title)}</h1>"
             f'<div class="intro">{markdown_html(intro)}</div><p class="jump">{jump}</p>{errors}'
-            + f'<h2 id="notebooks">The notebooks</h2><div class="grid">{"".join(cards)}</div>'
+            + f'<h2 id="notebooks">The notebooks</h2><div class="grid">{"".join(cards)}</div>' + path
             + "".join(data_parts)
             + f'<h2 id="where">Where things are</h2><ul>{"".join(where)}</ul>'
             + f"<footer>Built {built} by <code>make report</code> (<code>python -m perfutils.report</code>): "

@@ -131,6 +131,17 @@ def test_index_puts_the_notebooks_before_the_results(built):
     assert "public call (ms)" in header and "% of copy" in header
 
 
+def test_index_lists_the_learning_path_in_order(built):
+    """After the notebooks' map, the learning path's steps in their order, each with its question."""
+    from perfutils.learning_path import STEPS
+
+    _, page, _ = built
+    text = " ".join(page.text.split())
+    assert text.index("The notebooks") < text.index("The learning path") < text.index("Results:")
+    places = [text.index(" ".join(f"{step.title}: {step.question}".replace("`", "").split())) for step in STEPS]
+    assert places == sorted(places)
+
+
 def test_index_names_the_gpu_versions_and_dates(built):
     _, page, _ = built
     meta = json.loads((GPU_DIR / "benchmark.json").read_text())
