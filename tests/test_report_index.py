@@ -200,3 +200,12 @@ def test_question_of_first_markdown_cell():
     assert question_of(cell) == "Why is it slow? And `how` fast?"
     assert question_of("# T\n\n**The report.** It ran 3× slower. Then more.") == "It ran 3× slower."
     assert question_of("# only a title") == ""
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
+def test_every_cell_has_an_id(notebook):
+    """nbformat 4.5 cells carry ids (a missing one is a warning in every papermill and nbconvert run, an error in a
+    future nbformat): a cell added by hand or by a script must get one."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5)
+    assert [i for i, cell in enumerate(nb["cells"]) if not cell.get("id")] == []
