@@ -196,10 +196,7 @@ class _EntropyLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        def recompute(logits, target, loss_mask, grad_output):
-            return ops.call_forward_backward(logits, target, loss_mask, grad_output, 0.0, True, *ctx.options)[1]
-
-        return (gradient_for(ctx, grad_loss, recompute, "kernels.entropy_loss"),) + (None,) * 10
+        return (gradient_for(ctx, grad_loss, ops.call_forward_backward, "kernels.entropy_loss"),) + (None,) * 10
 
 
 def entropy_loss(

@@ -36,9 +36,10 @@ def keep_for_backward(ctx, grad: torch.Tensor, logits: torch.Tensor, target: tor
         ctx.versions = (logits._version, target._version)
 
 
-def gradient_for(ctx, grad_loss: torch.Tensor, recompute: Callable, name: str) -> torch.Tensor:
-    """In a backward: d(grad_loss * loss)/d logits. ``recompute(logits, target, loss_mask, grad_loss)`` returns a
-    fresh gradient for a second use of the graph; ``name`` is the public call, for the error messages."""
+def gradient_for(ctx, grad_loss: torch.Tensor, call: Callable, name: str) -> torch.Tensor:
+    """In a backward: d(grad_loss * loss)/d logits. A second use of the graph calls ``call(logits, target, loss_mask,
+    grad_output_tensor, 0.0, True, *ctx.options)`` (the forward's operator call) for a fresh gradient; ``name`` is the
+    public call, for the error messages."""
     traced = torch.compiler.is_compiling()
     if torch.is_grad_enabled() and not traced:  # backward(create_graph=True)
         raise RuntimeError(f"{name} has no second derivative (its backward is a precomputed gradient): double "
@@ -62,4 +63,4 @@ def gradient_for(ctx, grad_loss: torch.Tensor, recompute: Callable, name: str) -
         raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
                            f"operation: the logits or target of {name} changed between its forward and this second "
                            f"backward (versions {versions} then {(logits._version, target._version)})")
-    return recompute(logits, target, loss_mask, grad_loss.reshape(()))
+    return call(logits, target, loss_mask, grad_loss.reshape(()), 0.0, True, *ctx.options)[1]

@@ -43,8 +43,8 @@ def check_on_gpu(args: dict[str, Any]) -> None:
     for name, value in args.items():
         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
             raise RuntimeError(
-                f"the tensors are on the CPU (the kernel argument {name!r} is), but the loss kernels are compiled for a CUDA GPU: move the "
-                "logits and target to a CUDA device (logits.cuda()), or set TRITON_INTERPRET=1 in the environment "
+                f"the tensors are on the CPU (the kernel argument {name!r} is), but the loss kernels are compiled "
+                "for a CUDA GPU: move the logits and target to a CUDA device (logits.cuda()), or set TRITON_INTERPRET=1 in the environment "
                 "before importing kernels to run them on the CPU under Triton's interpreter (a slow reference path, "
                 "for tests and small shapes)")
 

@@ -641,10 +641,7 @@ class _VocabParallelLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        def recompute(logits, target, loss_mask, grad_output):
-            return call(logits, target, loss_mask, grad_output, 0.0, True, *ctx.options)[1]
-
-        return (gradient_for(ctx, grad_loss, recompute, "kernels.entropy_loss(group=...)"),) + (None,) * 11
+        return (gradient_for(ctx, grad_loss, call, "kernels.entropy_loss(group=...)"),) + (None,) * 11
 
 
 def entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
