@@ -63,8 +63,9 @@ PY
       tests/test_gpu_vocab_sweep.py 2>/dev/null | grep '::' > /tmp/gpu_test_ids
     for s in $(seq 0 $((shards - 1))); do
       awk -v s="$s" -v n="$shards" 'NR % n == s' /tmp/gpu_test_ids > "/tmp/gpu_test_ids_$s"
+      mapfile -t ids < "/tmp/gpu_test_ids_$s"  # one id a line: ids hold spaces ("all -inf")
       FUSED_LOSS_CACHE_DIR="/tmp/gpu_tests_tune_$s" python3 -m pytest -q -rs -p no:cacheprovider \
-        $(cat "/tmp/gpu_test_ids_$s") > "$logs/gpu_tests_shard_$s.txt" 2>&1 &
+        "${ids[@]}" > "$logs/gpu_tests_shard_$s.txt" 2>&1 &
     done
     failed=0
     for job in $(jobs -p); do wait "$job" || failed=1; done

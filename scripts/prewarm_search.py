@@ -14,18 +14,24 @@ import torch
 from kernels import auto, autotune
 from kernels.planning import PLANNERS
 from kernels.problem import build_problem
+from perfutils.measure.host_cost import HOST_ROWS
 from perfutils.measure.vocab_sweep import LOSSES as LOSS_PAIRS
 
 LOSSES = tuple(f"{loss}/{fmt}" for loss, fmt in LOSS_PAIRS)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-ROWS = 1024  # the compiled kernels do not depend on the row count (a multiple of 16, like the sweep's)
+# The row counts whose kernels the sweep compiles: Triton specializes an integer argument on its divisibility by 16,
+# so one multiple of 16 stands for the sweep's token counts, and the 8-row problem of its host-cost columns
+# (perfutils.measure.host_cost.HOST_ROWS) is searched and compiled apart (a profile of a cold row on the H100: of
+# 100 kernels compiled in its first calls after a 1024-row prewarm of 98, about as many as the 8-row search times;
+# logs/first_call_profile_2026-11-28.txt).
+ROWS = (1024, HOST_ROWS)
 
 
-def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=lambda index: True):
-    """(variant, block_size, num_warps, options, outcome) of the plans the search could time for this cell: its
-    candidates whose index ``take`` accepts, each with its twins."""
-    x = torch.randn(ROWS, vocab, device="cuda").to(dtype)
-    t = torch.randint(0, vocab, (ROWS,), device="cuda") if fmt == "labels" else torch.randn_like(x)
+def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=lambda index: True, rows: int = 1024):
+    """(variant, block_size, num_warps, options, outcome) of the plans the search could time for this cell at
+    ``rows`` rows: its candidates whose index ``take`` accepts, each with its twins."""
+    x = torch.randn(rows, vocab, device="cuda").to(dtype)
+    t = torch.randint(0, vocab, (rows,), device="cuda") if fmt == "labels" else torch.randn_like(x)
     problem = build_problem(x, t, loss=loss, target_format=fmt, grad_output=1.0, ignore_index=-100, loss_mask=None)
     seed = auto.table_entry(problem)
     for index, (variant, block, warps, options) in enumerate(autotune.candidates(problem, seed)):
@@ -57,11 +63,12 @@ def main():
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     args = parser.parse_args()
-    cells = [(*name.split("/"), vocab) for vocab in args.vocab for name in args.losses]
-    for cell, (loss, fmt, vocab) in enumerate(cells):  # (cell, candidate) pairs dealt round-robin to the processes
+    cells = [(*name.split("/"), vocab, rows) for vocab in args.vocab for name in args.losses for rows in ROWS]
+    for cell, (loss, fmt, vocab, rows) in enumerate(cells):  # (cell, candidate) pairs dealt round-robin
         mine = lambda index: (cell * 7 + index) % args.parts == args.part  # noqa: E731
-        for variant, block, warps, options, outcome in search_launches(loss, fmt, vocab, DTYPES[args.dtype], mine):
-            print(f"{loss}/{fmt} {vocab} {variant} {block}/{warps} {options}: {outcome}", flush=True)
+        for variant, block, warps, options, outcome in search_launches(loss, fmt, vocab, DTYPES[args.dtype], mine,
+                                                                       rows):
+            print(f"{loss}/{fmt} {vocab} x{rows} {variant} {block}/{warps} {options}: {outcome}", flush=True)
         torch.cuda.empty_cache()
 
 
