@@ -83,6 +83,19 @@ def test_backward_twice_accumulates_like_pytorch(loss, fmt, gen, device):
     assert_close(x.grad, true_gradient(x, target, loss, fmt, 5.0))
 
 
+@pytest.mark.parametrize("loss, fmt", LOSS_FORMATS)
+def test_backward_on_the_calling_thread_gives_the_same_gradients(loss, fmt, gen, device):
+    """With the engine's multithreading off (the README's advice for host-bound small steps), the first backward,
+    a second use of the graph and autograd.grad give PyTorch's gradients, as with the default engine."""
+    x, target = problem(loss, fmt, gen, device)
+    with torch.autograd.set_multithreading_enabled(False):
+        value = entropy_loss(x, target, loss, fmt)
+        (grad,) = torch.autograd.grad(2 * value, x, retain_graph=True)
+        value.backward()
+    assert_close(grad, true_gradient(x, target, loss, fmt, 2.0))
+    assert_close(x.grad, true_gradient(x, target, loss, fmt, 1.0))
+
+
 def test_backward_twice_without_retain_graph_raises_pytorchs_error(gen, device):
     x, target = problem("cross_entropy", "labels", gen, device)
     value = entropy_loss(x, target, "cross_entropy", "labels")

@@ -177,16 +177,38 @@ def autograd_pieces(leaf, labels) -> list[tuple[str, str, Callable[[], object]]]
         leaf.grad = None
         F.cross_entropy(leaf, labels).backward()
 
+    def entropy_loss_step():
+        leaf.grad = None
+        kernels.entropy_loss(leaf, labels).backward()
+
     loss = torch.ones((), device=leaf.device)
     grad = torch.empty_like(leaf)
+    steps = [("floor: Function handing back an allocated gradient, apply + .backward()", hand_back_step),
+             ("floor: F.cross_entropy(x, labels).backward() (PyTorch's own loss)", torch_loss_step),
+             ("entropy_loss(...).backward() cross_entropy/labels", entropy_loss_step)]
     return [
         ("autograd step", "entropy_loss(...) forward alone (cross_entropy/labels, graph dropped)", forward_only),
         ("autograd step", "torch.ones_like(loss) (the gradient .backward() creates)", lambda: torch.ones_like(loss)),
         ("autograd step", "scale_gradient_(grad, 1) (the backward's launch, direct)",
          lambda: ops.call_scale_gradient_(grad, loss)),
-        ("autograd step", "floor: Function handing back an allocated gradient, apply + .backward()", hand_back_step),
-        ("autograd step", "floor: F.cross_entropy(x, labels).backward() (PyTorch's own loss)", torch_loss_step),
+        *(("autograd step", name, step) for name, step in steps[:2]),
+        # The engine runs a CUDA backward on its device thread: the caller wakes it and waits to be woken. PyTorch's
+        # switch runs it on the calling thread instead (thread-local; a training loop enters it once).
+        *(("autograd step, one thread", f"{name} in set_multithreading_enabled(False)", single_threaded(step))
+          for name, step in steps),
     ]
+
+
+def single_threaded(step: Callable[[], object]) -> Callable[[], object]:
+    """``step`` with the autograd engine's multithreading off while it runs (``wall_us`` times calls of it; the
+    switch's own cost, a context manager, is in the time: an upper bound of a loop that enters it once)."""
+    import torch
+
+    def run():
+        with torch.autograd.set_multithreading_enabled(False):
+            step()
+
+    return run
 
 
 def profile(steps: int = 200) -> None:

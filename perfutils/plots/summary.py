@@ -278,7 +278,10 @@ def _host_pieces(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, df[~per_loss][["group", "piece", "us_per_call"]]
 
 
-def host_overhead_table(gpu_dir: Path, groups=("autograd step", "public call")) -> str | None:
+ONE_THREAD = "autograd step, one thread"  # host_overhead.csv's group of steps in set_multithreading_enabled(False)
+
+
+def host_overhead_table(gpu_dir: Path, groups=("autograd step", ONE_THREAD, "public call")) -> str | None:
     """What a repeated call costs the host, piece by piece (``host_overhead.csv``), as Markdown: the public call and
     its autograd form per loss (µs per call), then the other pieces of ``groups`` (by default the autograd step's
     parts and PyTorch's floors, e.g. ``x.float().sum().backward()``; every group with ``groups=None``), then where the
@@ -322,8 +325,9 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
     def row(name: str) -> pd.Series:
         return per_loss.loc[name] if name in per_loss.index else pd.Series(dtype=float)
 
-    def other(contains: str) -> float | None:
-        found = others[others["piece"].str.contains(contains, regex=False)]["us_per_call"]
+    def other(contains: str, group: str | None = None) -> float | None:
+        rows = others[others["group"] == group] if group else others[others["group"] != ONE_THREAD]
+        found = rows[rows["piece"].str.contains(contains, regex=False)]["us_per_call"]
         return float(found.iloc[0]) if len(found) else None
 
     public, template = row("entropy_loss_forward_backward"), row("of which the template's run (allocations + launches)")
@@ -346,6 +350,11 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
     floors = [(us, what) for us, what in floors if us is not None]
     if floors:
         parts.append("against " + ", ".join(f"{what} {us:.0f}" for us, what in floors))
+    ours, floor = other("entropy_loss(", ONE_THREAD), other("Function handing back", ONE_THREAD)
+    if ours is not None and floor is not None:  # the engine's hand-over to its device thread, switched off
+        parts.append(f"with the engine's multithreading off (`torch.autograd.set_multithreading_enabled(False)`, "
+                     f"which runs a CUDA backward on the calling thread) the labels CE autograd step costs {ours:.0f} "
+                     f"and the hand-back floor {floor:.0f}")
     return ("Host µs per call: " + "; ".join(parts) + ".") if parts else None
 
 
