@@ -106,3 +106,42 @@ def test_a_launch_described_by_hand_is_predicted_and_explained():
     text = pocc.explorer_text("9.0", 256, 64, 64, what_if)
     assert text.splitlines()[-1].startswith("model (") and "% of copy, bound: " in text
     assert pocc.explorer_text("8.6", 256, 64, 64, what_if).splitlines()[-1].startswith("model: ceilings recorded")
+
+
+def test_l2_holds_less_of_a_reread_as_the_rows_in_flight_grow():
+    """The fused kernel's second read of a row comes from L2 while the resident rows fit half of it, then less and
+    less of it: never more than all, never negative, never rising with the working set."""
+    from perfutils.model.predict import l2_hit_fraction
+
+    gpu = Gpu(GPU.ceilings, l2_bytes=50 * 2**20)
+    sizes = [1e6, 20e6, 26e6, 40e6, 100e6, 1e9]
+    hits = [l2_hit_fraction(s, gpu) for s in sizes]
+    assert hits[0] == hits[1] == 1.0
+    assert all(0 < h <= 1 for h in hits) and hits == sorted(hits, reverse=True)
+
+
+def test_the_autograd_form_counts_its_backward_launch():
+    """Same kernel, same problem: the autograd form queues one launch more (its backward), so it is never predicted
+    faster than the public call, and never as fast once the kernel outlasts the host work."""
+    from perfutils.model.predict import config_from_row, gpu_from_folder
+
+    gpu = gpu_from_folder(DATA)
+    plan = ('{"variant": "split_row", "block_size": 8192, "num_warps": 8, "options": {}}')
+    row = dict(study="vocab_sweep", config_key="k", loss="cross_entropy", target_format="labels", dtype="bf16",
+               tokens=16384, vocab=131072, plan_config=plan)
+    public = config_from_row({**row, "variant": "public"}, gpu)
+    autograd = config_from_row({**row, "variant": "public_autograd"}, gpu)
+    assert autograd.launches == public.launches + 1
+    assert predict(autograd, GPU).ms > predict(public, GPU).ms
+
+
+def test_a_gpu_streams_at_its_triton_copy_when_recorded(tmp_path):
+    """The folder's Triton copy is the rate a Triton kernel streams at; a folder without it falls back to the copy."""
+    from perfutils.model.predict import gpu_from_folder
+
+    ceilings = pd.read_csv(DATA / "ceilings.csv")
+    triton = float(ceilings.loc[ceilings["ceiling"] == "dram_copy_triton", "value"].iloc[0])
+    assert gpu_from_folder(DATA).stream_gbps == pytest.approx(triton)
+    ceilings[ceilings["ceiling"] != "dram_copy_triton"].to_csv(tmp_path / "ceilings.csv", index=False)
+    gpu = gpu_from_folder(tmp_path)
+    assert gpu.triton_copy_gbps is None and gpu.stream_gbps == gpu.ceilings.dram_gbps
