@@ -451,12 +451,22 @@ def _read_rows(folder: Path, study: str) -> pd.DataFrame:
     return frame
 
 
-def load_configurations(folder, gpu: Gpu | None = None) -> list[LaunchConfig]:
-    """Every modellable recorded configuration of ``folder``, built from non-time columns only."""
+def _studies(studies) -> tuple:
+    if studies is None:
+        return tuple(STUDIES)
+    unknown = sorted(set(studies) - set(STUDIES))
+    if unknown:
+        raise ValueError(f"studies: the model reads {sorted(STUDIES)}, not {unknown}")
+    return tuple(studies)
+
+
+def load_configurations(folder, gpu: Gpu | None = None, studies=None) -> list[LaunchConfig]:
+    """Every modellable recorded configuration of ``folder`` (of ``studies``, all by default), built from non-time
+    columns only."""
     folder = Path(folder)
     gpu = gpu or gpu_from_folder(folder)
     configs = []
-    for study in STUDIES:
+    for study in _studies(studies):
         frame = _read_rows(folder, study)
         if frame.empty:
             continue
@@ -475,21 +485,22 @@ def half_of(config_key: str) -> int:
     return hashlib.sha256(config_key.encode()).digest()[0] & 1
 
 
-def _measured(folder: Path) -> dict:
+def _measured(folder: Path, studies=None) -> dict:
     out = {}
-    for study in STUDIES:
+    for study in _studies(studies):
         frame = _read_rows(folder, study)
         for r in frame[["study", "config_key", "ms_median"]].itertuples(index=False) if not frame.empty else ():
             out.setdefault((r.study, r.config_key), []).append(r.ms_median)
     return out
 
 
-def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
-    """One row per modellable recorded configuration: the measured and predicted times, the bound, the terms."""
+def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None) -> pd.DataFrame:
+    """One row per modellable recorded configuration (of ``studies``, all by default): the measured and predicted
+    times, the bound, the terms."""
     folder = Path(folder)
     gpu = gpu_from_folder(folder)
-    configs = load_configurations(folder, gpu)
-    measured = _measured(folder)
+    configs = load_configurations(folder, gpu, studies)
+    measured = _measured(folder, studies)
     seen: dict = {}
     rows = []
     for cfg in configs:
