@@ -145,3 +145,23 @@ def test_a_gpu_streams_at_its_triton_copy_when_recorded(tmp_path):
     ceilings[ceilings["ceiling"] != "dram_copy_triton"].to_csv(tmp_path / "ceilings.csv", index=False)
     gpu = gpu_from_folder(tmp_path)
     assert gpu.triton_copy_gbps is None and gpu.stream_gbps == gpu.ceilings.dram_gbps
+
+
+def test_a_step_lasts_at_least_the_sms_issue_of_every_resident_tile():
+    """Between two steps' loads the SM's four schedulers issue every resident program's tile: the latency term of a
+    full wave is never shorter than steps x that issue time, and it grows with the programs that share the SM."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, _pass_terms
+
+    k = DEFAULT_CONSTANTS
+    gpu = Gpu(GPU.ceilings, clock_ghz=1.98)
+
+    def latency(resident):
+        kp = KernelPass("split_row", programs=132 * resident, tile=4096, num_warps=4, resident=resident,
+                        steps=64.0, load_bytes_per_step=16384, dram_bytes=1e6, elements=132 * resident * 4096 * 64,
+                        inputs=2)
+        return _pass_terms(kp, gpu, k)["latency"]
+
+    instr = k.instructions_per_element * 1.6
+    for resident in (1, 2, 4, 8):
+        assert latency(resident) >= 64 * resident * 4096 * instr / 128 / 1.98e9 * (1 - 1e-9)
+    assert latency(8) > latency(4) > latency(2)
