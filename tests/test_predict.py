@@ -161,7 +161,18 @@ def test_a_step_lasts_at_least_the_sms_issue_of_every_resident_tile():
                         inputs=2)
         return _pass_terms(kp, gpu, k)["latency"]
 
-    instr = k.instructions_per_element * 1.6
+    instr = k.instructions_per_element * (1 + k.second_input_instructions)
     for resident in (1, 2, 4, 8):
         assert latency(resident) >= 64 * resident * 4096 * instr / 128 / 1.98e9 * (1 - 1e-9)
     assert latency(8) > latency(4) > latency(2)
+
+
+def test_the_second_inputs_instructions_come_from_the_sass_counts(tmp_path):
+    """The share a second input adds is read off the offline compiles' SASS counts, not fitted: the frozen constant
+    is that value, and a folder without the counts gives None."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, second_input_instructions
+
+    share = second_input_instructions(DATA)
+    assert share is not None and 0.5 < share < 1.0
+    assert DEFAULT_CONSTANTS.second_input_instructions == pytest.approx(share, abs=0.01)
+    assert second_input_instructions(tmp_path) is None

@@ -13,7 +13,8 @@ elements, ``resident`` of them per SM. Each pass costs the slowest of
 * ``l2``: bytes read again from L2 (the lagged split_row kernel's second read, the share of re-read rows that L2
   still holds: all while the resident rows fit half of L2, capacity / working set past it) over the measured L2
   bandwidth; DRAM streams at the GPU's Triton copy where recorded (``Gpu.stream_gbps``);
-* ``issue``: instructions per element over the SMs' four schedulers; ``mufu``: exp2/log2 over the measured exp2 rate;
+* ``issue``: instructions per element over the SMs' four schedulers (a second input adds the share the offline
+  SASS counts give, ``second_input_instructions``); ``mufu``: exp2/log2 over the measured exp2 rate;
 * ``spills``: local-memory traffic (spill bytes per thread, stored and loaded each step) over the L2 bandwidth,
   added on top (it sits in the dependent chain);
 * ``waves``: a last partial wave of programs runs with fewer bytes in flight (a term of the latency bound);
@@ -83,7 +84,9 @@ class ModelConstants:
     dram_latency_ns: float = 362.0  # DRAM round trip of a tile's loads, beside the SM's issue of the step
     chain_cycles_per_element: float = 2.41  # dependent cycles per element a thread holds, per step
     reduce_cycles_per_level: float = 194.0  # block reduction: cycles per halving (warp shuffles + barrier)
-    instructions_per_element: float = 14.7  # SASS issued per element per read (one input); x1.6 for two inputs
+    instructions_per_element: float = 14.7  # SASS issued per element per read (one input)
+    second_input_instructions: float = 0.70  # what a second input adds, as a share of the first: not fitted, from
+    # the SASS counts of the offline sm_90 compiles (second_input_instructions(), H100 folder: 1.73, 1.70, 1.70)
     spill_passes: float = 0.498  # times each spilled byte is stored and loaded per step
     combine_p: float = 2.37  # smoothness of the bandwidth/latency combination
     launch_us: float = 4.05  # per launch, back to back
@@ -187,7 +190,7 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     sms = gpu.sm_count
     hz = gpu.clock_ghz * 1e9
     per_thread = kp.tile / (32 * kp.num_warps)
-    instr = k.instructions_per_element * (1.0 + 0.6 * (kp.inputs - 1))
+    instr = k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
     chain_cycles = (per_thread * k.chain_cycles_per_element
                     + k.reduce_cycles_per_level * math.log2(32 * kp.num_warps))
     # Between one step's loads and the next, the SM's four schedulers (128 lanes a cycle) issue every resident
@@ -485,6 +488,29 @@ def load_configurations(folder, gpu: Gpu | None = None, studies=None) -> list[La
             if cfg is not None:
                 configs.append(cfg)
     return configs
+
+
+SASS_COUNTS = "case_497_registers_offline.csv"  # offline sm_90 compiles with their SASS instruction counts
+_PAIR = ("variant", "block_size", "num_warps", "num_stages", "tokens", "vocab")
+
+
+def second_input_instructions(folder) -> float | None:
+    """What a second input adds to a kernel's instructions, as a share of the first, from compile counts alone: the
+    median over the offline compiles (``SASS_COUNTS``) of one kernel family at the same tile, warps, stages and shape
+    of (cross-entropy from target logits / cross-entropy from labels SASS instructions) - 1. None without such a
+    pair. Where ``ModelConstants.second_input_instructions`` comes from."""
+    path = Path(folder) / SASS_COUNTS
+    if not path.is_file():
+        return None
+    counts = pd.read_csv(path)
+    if "status" in counts.columns:
+        counts = counts[counts["status"].fillna("ok") == "ok"]
+    ce = counts[counts["loss"] == "cross_entropy"]
+    pairs = ce[ce["target_format"] == "logits"].merge(ce[ce["target_format"] == "labels"], on=list(_PAIR),
+                                                      suffixes=("_two", "_one"))
+    if pairs.empty:
+        return None
+    return float((pairs["sass_instructions_two"] / pairs["sass_instructions_one"]).median() - 1)
 
 
 def half_of(config_key: str) -> int:
