@@ -149,8 +149,8 @@ def plot_roofline_predictions(table: pd.DataFrame, ceilings, *, title: str | Non
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_minor_formatter(ScalarFormatter())
     ax.tick_params(which="minor", labelsize=7)
-    ax.text(0.01, 0.99, "× the model's prediction, joined to its measured point by a line",
-            transform=ax.transAxes, va="top", fontsize=8)
+    ax.text(0.99, 0.01, "× the model's prediction, joined to its measured point by a line",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=8)  # the roofs run through the upper left
     return ax
 
 
