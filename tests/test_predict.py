@@ -106,3 +106,73 @@ def test_a_launch_described_by_hand_is_predicted_and_explained():
     text = pocc.explorer_text("9.0", 256, 64, 64, what_if)
     assert text.splitlines()[-1].startswith("model (") and "% of copy, bound: " in text
     assert pocc.explorer_text("8.6", 256, 64, 64, what_if).splitlines()[-1].startswith("model: ceilings recorded")
+
+
+def test_l2_holds_less_of_a_reread_as_the_rows_in_flight_grow():
+    """The fused kernel's second read of a row comes from L2 while the resident rows fit half of it, then less and
+    less of it: never more than all, never negative, never rising with the working set."""
+    from perfutils.model.predict import l2_hit_fraction
+
+    gpu = Gpu(GPU.ceilings, l2_bytes=50 * 2**20)
+    sizes = [1e6, 20e6, 26e6, 40e6, 100e6, 1e9]
+    hits = [l2_hit_fraction(s, gpu) for s in sizes]
+    assert hits[0] == hits[1] == 1.0
+    assert all(0 < h <= 1 for h in hits) and hits == sorted(hits, reverse=True)
+
+
+def test_the_autograd_form_counts_its_backward_launch():
+    """Same kernel, same problem: the autograd form queues one launch more (its backward), so it is never predicted
+    faster than the public call, and never as fast once the kernel outlasts the host work."""
+    from perfutils.model.predict import config_from_row, gpu_from_folder
+
+    gpu = gpu_from_folder(DATA)
+    plan = ('{"variant": "split_row", "block_size": 8192, "num_warps": 8, "options": {}}')
+    row = dict(study="vocab_sweep", config_key="k", loss="cross_entropy", target_format="labels", dtype="bf16",
+               tokens=16384, vocab=131072, plan_config=plan)
+    public = config_from_row({**row, "variant": "public"}, gpu)
+    autograd = config_from_row({**row, "variant": "public_autograd"}, gpu)
+    assert autograd.launches == public.launches + 1
+    assert predict(autograd, GPU).ms > predict(public, GPU).ms
+
+
+def test_a_gpu_streams_at_its_triton_copy_when_recorded(tmp_path):
+    """The folder's Triton copy is the rate a Triton kernel streams at; a folder without it falls back to the copy."""
+    from perfutils.model.predict import gpu_from_folder
+
+    ceilings = pd.read_csv(DATA / "ceilings.csv")
+    triton = float(ceilings.loc[ceilings["ceiling"] == "dram_copy_triton", "value"].iloc[0])
+    assert gpu_from_folder(DATA).stream_gbps == pytest.approx(triton)
+    ceilings[ceilings["ceiling"] != "dram_copy_triton"].to_csv(tmp_path / "ceilings.csv", index=False)
+    gpu = gpu_from_folder(tmp_path)
+    assert gpu.triton_copy_gbps is None and gpu.stream_gbps == gpu.ceilings.dram_gbps
+
+
+def test_a_step_lasts_at_least_the_sms_issue_of_every_resident_tile():
+    """Between two steps' loads the SM's four schedulers issue every resident program's tile: the latency term of a
+    full wave is never shorter than steps x that issue time, and it grows with the programs that share the SM."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, _pass_terms
+
+    k = DEFAULT_CONSTANTS
+    gpu = Gpu(GPU.ceilings, clock_ghz=1.98)
+
+    def latency(resident):
+        kp = KernelPass("split_row", programs=132 * resident, tile=4096, num_warps=4, resident=resident,
+                        steps=64.0, load_bytes_per_step=16384, dram_bytes=1e6, elements=132 * resident * 4096 * 64,
+                        inputs=2)
+        return _pass_terms(kp, gpu, k)["latency"]
+
+    instr = k.instructions_per_element * (1 + k.second_input_instructions)
+    for resident in (1, 2, 4, 8):
+        assert latency(resident) >= 64 * resident * 4096 * instr / 128 / 1.98e9 * (1 - 1e-9)
+    assert latency(8) > latency(4) > latency(2)
+
+
+def test_the_second_inputs_instructions_come_from_the_sass_counts(tmp_path):
+    """The share a second input adds is read off the offline compiles' SASS counts, not fitted: the frozen constant
+    is that value, and a folder without the counts gives None."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, second_input_instructions
+
+    share = second_input_instructions(DATA)
+    assert share is not None and 0.5 < share < 1.0
+    assert DEFAULT_CONSTANTS.second_input_instructions == pytest.approx(share, abs=0.01)
+    assert second_input_instructions(tmp_path) is None

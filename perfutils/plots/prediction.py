@@ -243,3 +243,20 @@ def plot_what_if_registers(frame: pd.DataFrame, *, measured: tuple[int, float] |
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def speedup_reading(first: pd.DataFrame, second: pd.DataFrame, labels=("H100", "H200")) -> str:
+    """One sentence: on the configurations both GPUs ran (same study and key, two :func:`~perfutils.model.predict.
+    check` frames), how much faster the second was measured and predicted (medians of the time ratios). A measured
+    gain well under the predicted one says the second GPU's extra bandwidth is not what those kernels wait for."""
+    check_frame(first, ("study", "config_key", "measured_ms", "predicted_ms"), "first")
+    check_frame(second, ("study", "config_key", "measured_ms", "predicted_ms"), "second")
+    both = first.merge(second, on=["study", "config_key"], suffixes=("_a", "_b"))
+    both = both[both["measured_ms_a"].notna() & both["measured_ms_b"].notna()]
+    if both.empty:
+        return f"No configuration was recorded on both the {labels[0]} and the {labels[1]}."
+    measured = float((both["measured_ms_a"] / both["measured_ms_b"]).median())
+    predicted = float((both["predicted_ms_a"] / both["predicted_ms_b"]).median())
+    return (f"On the {len(both)} configurations recorded on both GPUs, the {labels[1]} ran a median "
+            f"{measured:.2f}x as fast as the {labels[0]}; the model, from the two GPUs' ceilings, predicts "
+            f"{predicted:.2f}x.")
