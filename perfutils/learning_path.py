@@ -305,7 +305,8 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     after = part[part["side"] == "after"].iloc[0]
     if math.isnan(after["recorded_ms"]):
         return shown, "No recorded row measures this step."
-    text = (f"Recorded on the H100: **{after['recorded_ms']:.3f} ms** ({after['pct_of_copy']:.0f}% of copy "
+    where = "Measured now" if str(after["source"]).startswith("measured now") else "Recorded on the H100"
+    text = (f"{where}: **{after['recorded_ms']:.3f} ms** ({after['pct_of_copy']:.0f}% of copy "
             f"bandwidth); the model predicts **{after['predicted_ms']:.3f} ms**, bound by `{after['bound']}`")
     before = part[part["side"] == "before"]
     if len(before):
@@ -505,7 +506,7 @@ def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | No
         if records is not None:
             measured.append(records)
     if not measured:
-        return pd.DataFrame(columns=["step", "side", "ms_median"])
+        return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
     rows = pd.concat(measured, ignore_index=True)
     rows = rows[rows["status"].fillna("ok") == "ok"]
     out_rows = []
@@ -518,8 +519,9 @@ def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | No
                 match = match[match[column] == want[column]]
         if len(match):
             out_rows.append({"step": want["step"], "side": want["side"],
-                             "ms_median": float(match.iloc[-1]["ms_median"])})
-    return pd.DataFrame(out_rows, columns=["step", "side", "ms_median"])
+                             "ms_median": float(match.iloc[-1]["ms_median"]),
+                             "pct_of_copy": float(match.iloc[-1].get("pct_of_copy", math.nan))})
+    return pd.DataFrame(out_rows, columns=["step", "side", "ms_median", "pct_of_copy"])
 
 
 def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
@@ -529,5 +531,6 @@ def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
     for row in live.itertuples():
         hit = (out["step"] == row.step) & (out["side"] == row.side)
         out.loc[hit, "recorded_ms"] = row.ms_median
+        out.loc[hit, "pct_of_copy"] = row.pct_of_copy
         out.loc[hit, "source"] = f"measured now ({LIVE_STUDY}.csv)"
     return out

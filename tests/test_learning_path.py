@@ -132,11 +132,12 @@ def test_measure_mode_runs_the_harness_on_a_cpu_at_a_tiny_shape(tmp_path):
                             variant="fused", dtype="bf16", tokens=4, vocab=300, check_rows=4))
     measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=TimingBackend.dry_run(),
                            copy_gbps=1.0, log=lambda *_: None)
-    steps = [s for s in lp.STEPS if s.key in ("kept", "two_pass")]
+    steps = [s for s in lp.STEPS if s.key in ("kept", "two_pass", "resident")]  # ablation, product, public plan
     live = lp.measure_path(tmp_path, steps=steps, tokens=4, vocab=300, block_cap=512, measurer=measurer,
                            log=lambda *_: None)
-    assert set(zip(live["step"], live["side"])) == {("kept", "before"), ("kept", "after"), ("two_pass", "before"),
-                                                    ("two_pass", "after")}
+    assert set(zip(live["step"], live["side"])) == {(key, side) for key in ("kept", "two_pass", "resident")
+                                                    for side in ("before", "after")}
     assert (live["ms_median"] == 1.0).all()
     merged = lp.with_live(lp.path_frame(DATA, steps=steps), live)
     assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.startswith("measured now").all()
+    assert lp.step_summary(merged, "kept")[1].startswith("Measured now: **1.000 ms**")
