@@ -64,8 +64,8 @@ class LogExcerpt:
 class PathStep:
     """One step of the path: its question, the functions it shows, the rows that measure it, and its evidence:
     ``records`` picks rows of the compile and profiler studies (offline SASS counts, Nsight Compute counters),
-    ``logs`` excerpts of recorded logs. ``diff_from`` names the function of an earlier step that the step's first
-    function edits: the page then shows the diff instead of the whole function."""
+    ``logs`` excerpts of recorded logs. ``diff_from`` names the function that the step's first function replaces
+    (the form of the step before): the page then shows the diff instead of the whole function."""
 
     key: str
     title: str
@@ -86,6 +86,9 @@ class PathStep:
 
 RKL = (("loss", "reverse_kl"), ("target_format", "logits"), ("tokens", 4096))
 CE = (("loss", "cross_entropy"), ("target_format", "labels"), ("tokens", 4096))
+
+
+ABLATION = "perfutils.lab_kernels.case_study.ablation"  # the #497 structure with one switch per difference
 
 
 def _ablation(variant: str) -> Pick:
@@ -115,8 +118,7 @@ def _compiled(block_size: int, num_warps: int) -> Pick:
 
 STEPS: tuple[PathStep, ...] = (
     PathStep("497", "The #497 kernel", "Why is the #497 kernel slow when its occupancy is full?",
-             (("perfutils.lab_kernels.case_study.ablation", "ablation_reverse_kl_kernel"),
-              ("perfutils.lab_kernels.case_study.ablation", "split_tile_update")),
+             ((ABLATION, "ablation_reverse_kl_kernel"), (ABLATION, "split_tile_update")),
              after=_ablation("case497.step0"), before=None,
              evidence="case_497_spill_sass_2026-11-23.txt",
              records=(_sass("fast_llm_27f4747e"), _sass("case497.step0"),
@@ -124,15 +126,16 @@ STEPS: tuple[PathStep, ...] = (
              note="the #497 structure re-implemented (step 0 of the ablation); the real kernel is run from a "
                   "Fast-LLM checkout, not shown here"),
     PathStep("kept", "Kept exponentials", "What does the backward gain by reusing the forward's exponentials?",
-             (("perfutils.lab_kernels.case_study.ablation", "tile_grad"),
-              ("kernels.row_math", "tile_gradient")),
+             ((ABLATION, "kept_gradient"), (ABLATION, "tile_grad"), ("kernels.row_math", "tile_gradient")),
              after=_ablation("case497.step1"), before=_ablation("case497.step0"),
+             diff_from=(ABLATION, "recomputed_gradient"),
              records=(_sass("case497.step0"), _sass("case497.step1")),
              note="no Nsight Compute run of this step was recorded: the offline compile's counts are its evidence"),
     PathStep("tuple", "Tuple reductions", "What do two tuple reductions save over five separate ones?",
-             (("kernels.row_math", "tile_statistics"), ("kernels.row_math", "max_pair"),
-              ("kernels.row_math", "sum_triple")),
+             ((ABLATION, "combined_tile_update"), ("kernels.row_math", "tile_statistics"),
+              ("kernels.row_math", "max_pair"), ("kernels.row_math", "sum_triple")),
              after=_ablation("case497.step2"), before=_ablation("case497.step1"),
+             diff_from=(ABLATION, "split_tile_update"),
              records=(_sass("case497.step1"), _sass("case497.step2"), _ncu_497("ablation_reverse_kl_kernel"))),
     PathStep("fused", "One tile in registers: fused", "Is one 32K tile in registers the best tile for two softmaxes?",
              (("kernels.fused", "fused_loss_kernel"),),

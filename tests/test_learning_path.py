@@ -90,6 +90,9 @@ def test_lagged_step_shows_its_diff_from_the_wait_kernel_rendered_from_the_sourc
     new = kernel_source(split_row.split_row_lagged_kernel).splitlines()
     assert added and all(line in new for line in added)
     assert lp.step_diff(lp.STEPS[0]) is None  # a step without diff_from shows its functions whole
+    steps = {s.key: s for s in lp.STEPS}
+    assert "-    tile_acc = tl.sum(" in lp.step_diff(steps["tuple"])  # a separate reduction the tuple form drops
+    assert "+def kept_gradient(" in lp.step_diff(steps["kept"])
 
 
 def test_every_step_has_recorded_evidence_or_says_none_was_recorded():
