@@ -60,7 +60,7 @@ test-python: $(STAMP)
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks $(PYTEST_ARGS)
 
-# Only the browser check: JupyterLab + notebook 04's widgets in headless Chromium (skips without Chromium).
+# Only the browser check: JupyterLab + notebooks 04 and 12's widgets in headless Chromium (skips without Chromium).
 test-lab: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider tests/test_lab_browser.py
 

@@ -13,9 +13,11 @@ block-size sweep, predicted by the model from that configuration's recorded comp
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,8 +26,9 @@ import pandas as pd
 from .model import predict as model
 from .model.roofline import loss_cost
 
-__all__ = ["Pick", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary", "step_functions", "speedups",
-           "knob_options", "knob_prediction", "sass_excerpt"]
+__all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
+           "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
+           "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,22 @@ class Pick:
 
 
 @dataclass(frozen=True)
+class LogExcerpt:
+    """Lines of a recorded log under ``data/<gpu>/logs``: from the first line holding ``start``, the lines that
+    match one of ``patterns`` (every line without patterns), at most ``lines`` of them."""
+
+    file: str
+    start: str = ""
+    patterns: tuple = ()
+    lines: int = 12
+
+
+@dataclass(frozen=True)
 class PathStep:
-    """One step of the path: its question, the functions it shows, the rows that measure it."""
+    """One step of the path: its question, the functions it shows, the rows that measure it, and its evidence:
+    ``records`` picks rows of the compile and profiler studies (offline SASS counts, Nsight Compute counters),
+    ``logs`` excerpts of recorded logs. ``diff_from`` names the function that the step's first function replaces
+    (the form of the step before): the page then shows the diff instead of the whole function."""
 
     key: str
     title: str
@@ -58,6 +75,9 @@ class PathStep:
     before: Pick | None = None
     evidence: str = ""  # a log under data/<gpu>/logs with the step's SASS or exploration
     note: str = ""  # what is missing, or what to read with the numbers
+    records: tuple = ()  # (Pick, ...) of registers/profiler studies
+    logs: tuple = ()  # (LogExcerpt, ...)
+    diff_from: tuple | None = None  # ("kernels.split_row", "split_row_cooperative_kernel")
 
     @property
     def measured(self) -> bool:
@@ -68,59 +88,98 @@ RKL = (("loss", "reverse_kl"), ("target_format", "logits"), ("tokens", 4096))
 CE = (("loss", "cross_entropy"), ("target_format", "labels"), ("tokens", 4096))
 
 
+ABLATION = "perfutils.lab_kernels.case_study.ablation"  # the #497 structure with one switch per difference
+
+
 def _ablation(variant: str) -> Pick:
     return Pick("case_497_ablation", RKL + (("vocab", 32768), ("variant", variant), ("num_warps", 16)))
 
 
+def _sass(variant: str, vocab: int = 32768) -> Pick:
+    """A row of the offline sm_90 compiles of the case study (registers, stack, SASS instruction counts)."""
+    return Pick("case_497_registers_offline", (("loss", "reverse_kl"), ("vocab", vocab), ("variant", variant)))
+
+
+def _ncu_497(kernel: str) -> Pick:
+    """A row of the case study's Nsight Compute run (reverse KL, 4096 x 32768)."""
+    return Pick("case_497_ncu", (("kernel", kernel),))
+
+
+def _ncu_profile(kernel: str) -> Pick:
+    """A row of the profile study's Nsight Compute run (labels cross-entropy, 4096 x 32768)."""
+    return Pick("profile_ncu", (("kernel", kernel), ("vocab", 32768)))
+
+
+def _compiled(block_size: int, num_warps: int) -> Pick:
+    """``kernels.fused`` for reverse KL at 32768 columns, compiled offline for sm_90 (registers_offline.csv)."""
+    return Pick("registers_offline", RKL[:2] + (("vocab", 32768), ("variant", "fused"), ("block_size", block_size),
+                                                 ("num_warps", num_warps)))
+
+
 STEPS: tuple[PathStep, ...] = (
     PathStep("497", "The #497 kernel", "Why is the #497 kernel slow when its occupancy is full?",
-             (("perfutils.lab_kernels.case_study.ablation", "ablation_reverse_kl_kernel"),
-              ("perfutils.lab_kernels.case_study.ablation", "split_tile_update")),
+             ((ABLATION, "ablation_reverse_kl_kernel"), (ABLATION, "split_tile_update")),
              after=_ablation("case497.step0"), before=None,
              evidence="case_497_spill_sass_2026-11-23.txt",
+             records=(_sass("fast_llm_27f4747e"), _sass("case497.step0"),
+                      _ncu_497("triton_reverse_kl_forward_backward_kernel_from_distribution")),
              note="the #497 structure re-implemented (step 0 of the ablation); the real kernel is run from a "
                   "Fast-LLM checkout, not shown here"),
     PathStep("kept", "Kept exponentials", "What does the backward gain by reusing the forward's exponentials?",
-             (("perfutils.lab_kernels.case_study.ablation", "tile_grad"),
-              ("kernels.row_math", "tile_gradient")),
-             after=_ablation("case497.step1"), before=_ablation("case497.step0")),
+             ((ABLATION, "kept_gradient"), (ABLATION, "tile_grad"), ("kernels.row_math", "tile_gradient")),
+             after=_ablation("case497.step1"), before=_ablation("case497.step0"),
+             diff_from=(ABLATION, "recomputed_gradient"),
+             records=(_sass("case497.step0"), _sass("case497.step1")),
+             note="no Nsight Compute run of this step was recorded: the offline compile's counts are its evidence"),
     PathStep("tuple", "Tuple reductions", "What do two tuple reductions save over five separate ones?",
-             (("kernels.row_math", "tile_statistics"), ("kernels.row_math", "max_pair"),
-              ("kernels.row_math", "sum_triple")),
-             after=_ablation("case497.step2"), before=_ablation("case497.step1")),
+             ((ABLATION, "combined_tile_update"), ("kernels.row_math", "tile_statistics"),
+              ("kernels.row_math", "max_pair"), ("kernels.row_math", "sum_triple")),
+             after=_ablation("case497.step2"), before=_ablation("case497.step1"),
+             diff_from=(ABLATION, "split_tile_update"),
+             records=(_sass("case497.step1"), _sass("case497.step2"), _ncu_497("ablation_reverse_kl_kernel"))),
     PathStep("fused", "One tile in registers: fused", "Is one 32K tile in registers the best tile for two softmaxes?",
              (("kernels.fused", "fused_loss_kernel"),),
              after=Pick("case_497", RKL + (("vocab", 32768), ("variant", "fused"), ("block_size", 16384))),
              before=_ablation("fused"),
+             records=(_compiled(32768, 16), _compiled(16384, 16), _ncu_497("fused_loss_kernel")),
              note="before: kernels.fused with the #497 tile (32K, 16 warps); after: its tile capped at 16K "
                   "(Option A), the row read twice, the second time from L2"),
     PathStep("two_pass", "Two passes", "When the row is four tiles, does writing the statistics to memory beat "
              "re-reading the row in one program?",
              (("kernels.two_pass", "two_pass_stats_kernel"), ("kernels.two_pass", "two_pass_grad_kernel")),
              after=Pick("case_497", RKL + (("vocab", 131072), ("variant", "two_pass"))),
-             before=Pick("case_497", RKL + (("vocab", 131072), ("variant", "fused"), ("block_size", 16384)))),
+             before=Pick("case_497", RKL + (("vocab", 131072), ("variant", "fused"), ("block_size", 16384))),
+             records=(_ncu_profile("fused_loss_kernel"), _ncu_profile("two_pass_stats_kernel"),
+                      _ncu_profile("two_pass_grad_kernel")),
+             note="the profiler rows are labels cross-entropy at 4096 x 32768, the only shape Nsight Compute recorded "
+                  "both designs at"),
     PathStep("split", "Split row, exchanged statistics", "Can a wide row be read from DRAM once if its chunks go "
              "to different programs that exchange their summaries?",
              (("kernels.split_row", "split_row_cooperative_kernel"),),
              after=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              before=Pick("case_497", RKL + (("vocab", 131072), ("variant", "two_pass"))),
-             evidence="ncu_split_row_2026-11-22.txt"),
+             records=(_ncu_profile("two_pass_grad_kernel"), _ncu_profile("split_row_cooperative_kernel")),
+             note="the profiler rows are labels cross-entropy at 4096 x 32768 (the wait schedule was not profiled at "
+                  "the timed shape)"),
     PathStep("lagged", "The lagged exchange", "What if no program waits for its row's slowest chunk?",
              (("kernels.split_row", "split_row_lagged_kernel"),),
              after=Pick("split_row_tuning", RKL + (("vocab", 131072),), fastest=True),
              before=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
-             evidence="ncu_lagged_stalls_2026-11-26.txt"),
+             diff_from=("kernels.split_row", "split_row_cooperative_kernel"),
+             logs=(LogExcerpt("ncu_split_row_2026-11-22.txt", "=== reverse_kl logits 131072",
+                              ("_kernel (", "DRAM Throughput", "Duration", "Achieved Occupancy"), 4),
+                   LogExcerpt("ncu_lagged_stalls_2026-11-26.txt", "# Reading:", ("# ",), 11))),
     PathStep("peel", "The row peel", "How does a row that is not 16-byte aligned keep 16-byte loads?",
              (("kernels.row_math", "row_peel"), ("kernels.row_math", "label_in_tile")),
              after=Pick("vocab_sweep", CE + (("vocab", 50257), ("variant", "plan"))), before=None,
-             evidence="explore_peel_2026-11-26.txt",
+             logs=(LogExcerpt("explore_peel_2026-11-26.txt", "# The code:", lines=12),),
              note="no recorded row of the kernel before the peel: its times are in the exploration log only"),
     PathStep("resident", "The resident row (bf16x2)", "Can cross-entropy keep a 32K row in registers without "
              "spilling, by never widening it?",
              (("kernels.resident_row", "resident_row_kernel"), ("kernels.resident_row", "pair_gradient")),
              after=Pick("vocab_sweep", CE + (("vocab", 32768), ("variant", "plan"))),
              before=Pick("case_497", CE + (("vocab", 32768), ("variant", "fused"), ("block_size", 16384))),
-             evidence="explore_resident_2026-11-26.txt"),
+             logs=(LogExcerpt("explore_resident_2026-11-26.txt", "## run C", ("4096x32000",), 6),)),
     PathStep("tp", "The vocabulary split over GPUs", "Can two GPUs each read half the vocabulary once and "
              "exchange only the rows' summaries?",
              (("kernels.vocab_parallel_exchange", "exchange_kernel"),),
@@ -128,7 +187,8 @@ STEPS: tuple[PathStep, ...] = (
                         plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan"))), slice_of=2),
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
                          plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan")))),
-             note="the model has no term for the exchange: tp=2 is predicted as one rank's kernel on its half of "
+             note="no compile counts, profiler counters or log of the two-GPU kernel were recorded; "
+                  "the model has no term for the exchange: tp=2 is predicted as one rank's kernel on its half of "
                   "each row (the one-GPU plan of the whole row, on half the columns)"),
 )
 
@@ -183,6 +243,7 @@ def _describe(row: dict | None) -> dict:
     return {"vocab": int(row["vocab"]), "tokens": int(row["tokens"]), "block_size": value("block_size"),
             "num_warps": value("num_warps"), "n_regs": value("n_regs"), "spill_bytes": value("spill_bytes"),
             "blocks_per_sm": value("blocks_per_sm"), "pct_of_copy": row.get("pct_of_copy"),
+            "ms_p20": row.get("ms_p20"), "ms_p80": row.get("ms_p80"),
             "measured": str(row.get("timestamp_utc") or "")[:10]}
 
 
@@ -230,17 +291,25 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# A step's table as the page heads its columns (short enough for the page's width).
+STEP_HEADINGS = {"block_size": "tile", "num_warps": "warps", "n_regs": "registers", "spill_bytes": "stack B/thread",
+                 "resident": "programs/SM", "kib_in_flight_per_sm": "KiB in flight/SM",
+                 "dram_bytes_per_element": "DRAM B/element", "recorded_ms": "recorded ms", "predicted_ms": "predicted ms",
+                 "measured": "measured on"}
+
+
 def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     """A step's rows as a page shows them, and one sentence computed from them (recorded and predicted times,
     speed-ups, the bound)."""
     part = frame[frame["step"] == key]
     columns = ["side", "variant", "vocab", "block_size", "num_warps", "n_regs", "spill_bytes", "resident",
                "kib_in_flight_per_sm", "dram_bytes_per_element", "recorded_ms", "predicted_ms", "bound", "measured"]
-    shown = part[[c for c in columns if c in part.columns]].reset_index(drop=True)
+    shown = part[[c for c in columns if c in part.columns]].reset_index(drop=True).rename(columns=STEP_HEADINGS)
     after = part[part["side"] == "after"].iloc[0]
     if math.isnan(after["recorded_ms"]):
         return shown, "No recorded row measures this step."
-    text = (f"Recorded on the H100: **{after['recorded_ms']:.3f} ms** ({after['pct_of_copy']:.0f}% of copy "
+    where = "Measured now" if str(after["source"]).startswith("measured now") else "Recorded on the H100"
+    text = (f"{where}: **{after['recorded_ms']:.3f} ms** ({after['pct_of_copy']:.0f}% of copy "
             f"bandwidth); the model predicts **{after['predicted_ms']:.3f} ms**, bound by `{after['bound']}`")
     before = part[part["side"] == "before"]
     if len(before):
@@ -266,6 +335,77 @@ def step_functions(step: PathStep) -> list:
     return [getattr(importlib.import_module(module), name) for module, name in step.functions]
 
 
+def _source(fn) -> str:
+    from .notebook import kernel_source
+
+    return kernel_source(fn)
+
+
+def step_diff(step: PathStep, context: int = 1) -> str | None:
+    """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files
+    (None for a step that shows its functions whole)."""
+    if step.diff_from is None:
+        return None
+    module, name = step.diff_from
+    old = _source(getattr(importlib.import_module(module), name)).splitlines()
+    new = _source(step_functions(step)[0]).splitlines()
+    return "\n".join(difflib.unified_diff(old, new, f"{module}.{name}",
+                                          f"{step.functions[0][0]}.{step.functions[0][1]}", lineterm="", n=context))
+
+
+# What a page shows of each evidence study: (column, heading), in order.
+EVIDENCE_COLUMNS = {
+    "case_497_registers_offline": (("variant", "variant"), ("block_size", "tile"), ("num_warps", "warps"),
+                                   ("n_regs", "registers"), ("spill_bytes", "stack B/thread"), ("sass_ldl", "LDL"),
+                                   ("sass_stl", "STL"), ("sass_bar", "BAR"), ("sass_ex2", "MUFU.EX2"),
+                                   ("sass_instructions", "SASS instructions")),
+    "registers_offline": (("variant", "variant"), ("block_size", "tile"), ("num_warps", "warps"),
+                          ("n_regs", "registers"), ("spill_bytes", "stack B/thread"),
+                          ("spill_store_bytes", "spill stores B"), ("blocks_per_sm", "programs/SM")),
+    "case_497_ncu": (("duration_us", "µs"), ("dram_throughput_pct", "DRAM % of peak"),
+                     ("achieved_occupancy_pct", "achieved occupancy %"), ("local_load_bytes", "local loads MB"),
+                     ("local_store_bytes", "local stores MB"), ("dram_read_bytes", "DRAM read MB"),
+                     ("warp_cycles_per_issued_instruction", "cycles/issued instr."), ("stall_1", "top stall")),
+    "profile_ncu": (("kernel", "kernel"), ("block_size", "tile"), ("num_warps", "warps"), ("ncu_time_ns", "µs"),
+                    ("ncu_registers", "registers"), ("ncu_achieved_occupancy_pct", "achieved occupancy %"),
+                    ("ncu_dram_throughput_pct", "DRAM % of peak"), ("ncu_dram_read_bytes", "DRAM read MB"),
+                    ("ncu_dram_write_bytes", "DRAM write MB")),
+}
+_SCALE = {"local_load_bytes": 1e-6, "local_store_bytes": 1e-6, "dram_read_bytes": 1e-6, "ncu_dram_read_bytes": 1e-6,
+          "ncu_dram_write_bytes": 1e-6, "ncu_time_ns": 1e-3}
+
+
+def step_evidence(data_dir, step: PathStep) -> list[tuple[str, pd.DataFrame]]:
+    """The step's recorded evidence rows, one table per study: [(study, table)], in the order of ``step.records``
+    (a pick that finds no row is left out; a step without records gives [])."""
+    data_dir, cache, tables = Path(data_dir), {}, {}
+    for pick in step.records:
+        row = pick_row(data_dir, pick, cache)
+        if row is None:
+            continue
+        columns = EVIDENCE_COLUMNS[pick.study]
+        shown = {heading: (row.get(c) * _SCALE[c] if c in _SCALE and row.get(c) == row.get(c) else row.get(c))
+                 for c, heading in columns}
+        if pick.study == "case_497_ncu":  # what was profiled: the run's label without its shape (the step's)
+            shown = {"profiled": str(row["label"]).rsplit(": ", 1)[0], **shown}
+            shown["top stall"] = f"{row['stall_1']} ({row['stall_1_cycles']:.1f} cycles/instr.)"
+        tables.setdefault(pick.study, []).append(shown)
+    return [(study, pd.DataFrame(rows)) for study, rows in tables.items()]
+
+
+def log_excerpt(data_dir, excerpt: LogExcerpt) -> str:
+    """The lines ``excerpt`` names of its recorded log (ValueError if its start line is not in the file: a log
+    that changed must not silently show something else)."""
+    text = (Path(data_dir) / "logs" / excerpt.file).read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(text) if excerpt.start in line), None)
+    if start is None:
+        raise ValueError(f"{excerpt.file} has no line holding {excerpt.start!r}")
+    rest = text[start:]
+    if excerpt.patterns:
+        rest = [line for line in rest if any(re.search(re.escape(p), line) for p in excerpt.patterns)]
+    return "\n".join(line.rstrip() for line in rest[:excerpt.lines])
+
+
 def sass_excerpt(log: Path, opcodes=("STL", "LDL"), lines: int = 12) -> str:
     """A recorded SASS log's heading lines (what was compiled, its registers and stack) and its first ``lines``
     SASS lines that hold one of ``opcodes`` (local-memory stores and loads: the spills)."""
@@ -277,6 +417,13 @@ def sass_excerpt(log: Path, opcodes=("STL", "LDL"), lines: int = 12) -> str:
         heading.append(line)
     hits = [line for line in text if line.strip().startswith("/*") and any(f" {op}" in line for op in opcodes)]
     return "\n".join(heading + hits[:lines])
+
+
+def knob_text(p: dict) -> str:
+    """What the notebook's widget prints for one :func:`knob_prediction` (the browser test compares with it)."""
+    return (f"{p['n_regs']} registers, {p['spill_bytes']} B spill, {p['resident']} programs/SM, "
+            f"{p['kib_in_flight_per_sm']:.0f} KiB in flight/SM, {p['dram_mb']:.0f} MB DRAM\n"
+            f"predicted {p['predicted_ms']:.3f} ms ({p['bound']}), recorded {p['recorded_ms']:.3f} ms")
 
 
 def knob_options(data_dir, loss: str = "cross_entropy", target_format: str = "labels", vocab: int = 131072,
@@ -309,3 +456,84 @@ def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "c
             "dram_mb": sum(p.dram_bytes for p in config.passes) / 1e6, "floor_mb": floor.bytes / 1e6,
             "predicted_ms": pred.ms, "bound": pred.bound, "recorded_ms": float(row["ms_median"]),
             **{f"{name}_ms": value for name, value in pred.breakdown.items() if name in ("dram", "latency", "l2")}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MODE="measure": the steps measured again on this machine, through the harness
+# ---------------------------------------------------------------------------------------------------------------
+
+LIVE_STUDIES = ("case_497", "case_497_ablation", "vocab_sweep")  # one-GPU rows the harness can take again as cases
+LIVE_STUDY = "learning_path"
+
+
+def live_case(pick: Pick | None) -> tuple | None:
+    """``(loss, target_format, vocab, tokens, (variant, block_size, num_warps))``: the harness case that measures
+    ``pick``'s row again, or None where one case cannot (a tuning sweep's fastest row, the two-GPU rows)."""
+    if pick is None or pick.study not in LIVE_STUDIES or pick.fastest or pick.plan is not None:
+        return None
+    where = dict(pick.where)
+    block = where.get("block_size")
+    if pick.study == "case_497_ablation":
+        block = block or 32768  # the ablation's rows are the #497 tile
+    return (where["loss"], where["target_format"], int(where["vocab"]), int(where["tokens"]),
+            (where["variant"], block, where.get("num_warps")))
+
+
+def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | None = None,
+                 block_cap: int | None = None, measurer=None, log=print) -> pd.DataFrame:
+    """Measure every step's rows that :func:`live_case` can take, through the sweep harness (float64 checks,
+    sidecar, resumable) into ``<out>/<gpu>/learning_path.csv``; returns one row per (step, side) measured with
+    ``ms_median``. ``tokens``/``vocab``/``block_cap`` shrink every case (a CPU check under the interpreter);
+    ``measurer``: the harness's measure callable (default: the GPU's)."""
+    from .measure.studies import run_cases
+
+    cases, wanted = {}, []
+    for step in steps:
+        for side, pick in (("before", step.before), ("after", step.after)):
+            case = live_case(pick)
+            if case is None:
+                continue
+            loss, target_format, n_cols, n_rows, (variant, block, warps) = case
+            n_cols, n_rows = vocab or n_cols, tokens or n_rows
+            block = min(block, block_cap) if block and block_cap else block
+            key = (loss, target_format, n_cols, n_rows)
+            cases.setdefault(key, {})[(variant, block, warps)] = None
+            wanted.append({"step": step.key, "side": side, "loss": loss, "target_format": target_format,
+                           "vocab": n_cols, "tokens": n_rows, "variant": variant, "block_size": block,
+                           "num_warps": warps})
+    measured = []
+    for (loss, target_format, n_cols, n_rows), chosen in cases.items():
+        log(f"{LIVE_STUDY}: {loss}/{target_format} {n_rows} x {n_cols}: {len(chosen)} cases")
+        records = run_cases(LIVE_STUDY, list(chosen), losses=[(loss, target_format)], vocabs=[n_cols],
+                            tokens=[n_rows], out=str(out), measurer=measurer, log=log)
+        if records is not None:
+            measured.append(records)
+    if not measured:
+        return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
+    rows = pd.concat(measured, ignore_index=True)
+    rows = rows[rows["status"].fillna("ok") == "ok"]
+    out_rows = []
+    for want in wanted:
+        match = rows
+        for column in ("loss", "target_format", "vocab", "tokens", "variant"):
+            match = match[match[column] == want[column]]
+        for column in ("block_size", "num_warps"):
+            if want[column] is not None:
+                match = match[match[column] == want[column]]
+        if len(match):
+            out_rows.append({"step": want["step"], "side": want["side"],
+                             "ms_median": float(match.iloc[-1]["ms_median"]),
+                             "pct_of_copy": float(match.iloc[-1].get("pct_of_copy", math.nan))})
+    return pd.DataFrame(out_rows, columns=["step", "side", "ms_median", "pct_of_copy"])
+
+
+def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the live times in ``recorded_ms`` where a (step, side) was measured now (``source`` says
+    which); the other rows keep their recorded times."""
+    out = frame.copy()
+    for row in live.itertuples():
+        hit = (out["step"] == row.step) & (out["side"] == row.side)
+        out.loc[hit, "recorded_ms"] = row.ms_median
+        out.loc[hit, "pct_of_copy"] = row.pct_of_copy
+        out.loc[hit, "source"] = f"measured now ({LIVE_STUDY}.csv)"
+    return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import sys
 import tempfile
 import time
@@ -114,6 +115,12 @@ def static_outputs(nb):
     return nb
 
 
+def page_links(body: str) -> str:
+    """Links between notebooks (``12_learning_path.ipynb#...``, which JupyterLab follows) as links between the
+    report's pages (``12_learning_path.html#...``)."""
+    return re.sub(r'href="(\d\d_[A-Za-z0-9_]+)\.ipynb', r'href="\1.html', body)
+
+
 def render_html(executed: Path, out_dir: Path) -> Path:
     import nbformat
     from nbconvert import HTMLExporter
@@ -123,6 +130,7 @@ def render_html(executed: Path, out_dir: Path) -> Path:
                             mathjax_url=f"{MATHJAX_DIR}/MathJax.js", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(static_outputs(nbformat.read(executed, as_version=4)))
+    body = page_links(body)
     page = out_dir / f"{executed.stem}.html"
     page.write_text(body, encoding="utf-8")
     return page

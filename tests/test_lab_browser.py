@@ -1,4 +1,4 @@
-"""JupyterLab in a real browser: notebook 04's occupancy explorer runs and its widgets respond.
+"""JupyterLab in a real browser: notebook 04's occupancy explorer and notebook 12's knob respond to their widgets.
 
 What a person does after ``make lab``, done by headless Chromium (Debian's ``chromium``, driven by the
 Python ``playwright`` package; no browser download): start JupyterLab on 127.0.0.1 (a free port, a
@@ -6,7 +6,8 @@ random token) with the project's ``python3`` kernel, open ``notebooks/04_occupan
 Run > Run All Cells, then move the explorer's "regs/thread" slider and pick another compute capability
 in its "cc" dropdown. After each change the explorer's text must be what ``perfutils.model.occupancy`` and the
 performance model give for the values the widgets now show (the blocks per SM and the predicted time must actually
-change).
+change). Notebook 12 (the learning path) likewise: Run All, pick another tile in its knob's dropdown, and the printed
+prediction must become the performance model's for the new configuration.
 
 Skipped when no Chromium is found (``$CHROMIUM``, ``chromium`` on PATH, /usr/bin/chromium) or
 playwright is not installed. Everything is bounded: each browser action, the server start and the
@@ -21,6 +22,7 @@ unchanged afterwards), and the browser may only reach 127.0.0.1 (anything else i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -200,14 +202,9 @@ def explorer_state(page) -> dict:
 @functools.lru_cache(maxsize=1)
 def explorer_what_if() -> dict:
     """The kernel notebook 04's explorer predicts for (its parameters cell's defaults), as the notebook builds it."""
-    import ast
-
     import perfutils.plots.occupancy as pocc
 
-    cells = json.loads((REPO / NOTEBOOK).read_text())["cells"]
-    source = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    params = {node.targets[0].id if isinstance(node, ast.Assign) else node.target.id: ast.literal_eval(node.value)
-              for node in ast.parse(source).body if isinstance(node, (ast.Assign, ast.AnnAssign))}
+    params = parameters(NOTEBOOK)
     return pocc.explorer_what_if(REPO / params["DATA_DIR"] / params["GPU_SLUG"], loss=params["LOSS"],
                                  target_format=params["TARGET_FORMAT"], variant=params["VARIANT"],
                                  vocab=params["VOCAB"], block_size=params["BLOCK_SIZE"],
@@ -247,9 +244,12 @@ def wait_for_explorer_text(page, want: str) -> str:
         page.wait_for_timeout(250)
 
 
-def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
+@contextlib.contextmanager
+def lab_notebook(lab_server, tmp_path, notebook: str):
+    """A headless Chromium page with ``notebook`` open in JupyterLab and its kernel idle; on failure a screenshot
+    and the server log are printed; afterwards the notebook in the repository must be unchanged."""
     base, token, log = lab_server
-    notebook_bytes = (REPO / NOTEBOOK).read_bytes()
+    notebook_bytes = (REPO / notebook).read_bytes()
     blocked: list[str] = []
 
     def only_loopback(route):
@@ -268,50 +268,12 @@ def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
             context.set_default_timeout(ACTION_MS)
             context.route("**/*", only_loopback)
             page = context.new_page()
-            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=ACTION_MS)
+            page.goto(f"{base}/lab/tree/{notebook}?token={token}", timeout=ACTION_MS)
             page.locator(".jp-NotebookPanel .jp-Notebook").wait_for()
             # The status bar once the kernel started: "Python 3" is make's kernelspec, "Python 3 (ipykernel)" the
             # default of a plain `pip install -e ".[notebooks,test]"`.
             page.get_by_text(re.compile(r"^Python 3( \(ipykernel\))? \| Idle$")).wait_for()
-
-            run_all_cells(page, log)
-            # The static figures come first: two matplotlib images above the widgets.
-            assert page.locator(".jp-OutputArea-output img").count() >= 2
-
-            output = page.locator(".widget-output")
-            output.wait_for()
-            before = explorer_state(page)
-            shown = wait_for_explorer_text(page, expected_text(before))
-            assert normalized(shown) == normalized(expected_text(before)), shown
-
-            # Move "regs/thread" to a value that changes the blocks per SM (typed into its readout,
-            # as a person does for an exact value), then check the text follows.
-            regs = next(r for r in (64, 32, 96, 160, 255) if r != before["regs"]
-                        and explorer_occupancy({**before, "regs": r}).blocks_per_sm
-                        != explorer_occupancy(before).blocks_per_sm)
-            readout = slider(page, "regs/thread").locator(".widget-readout")
-            readout.fill(str(regs))
-            readout.press("Enter")
-            after = explorer_state(page)
-            assert after == {**before, "regs": regs}, after
-            shown = wait_for_explorer_text(page, expected_text(after))
-            assert normalized(shown) == normalized(expected_text(after)), shown
-            assert f"blocks/SM: {explorer_occupancy(after).blocks_per_sm} " in shown and f"{regs} registers/thread" in shown
-            # The knob moved the prediction: the model's line is another one (programs per SM changed).
-            model_line = lambda text: next(line for line in text.splitlines() if line.startswith("model ("))
-            assert model_line(shown) != model_line(expected_text(before)), shown
-
-            # Another compute capability from the dropdown: the SM limits change with it.
-            page.locator(".widget-dropdown select").select_option("8.6")
-            other = explorer_state(page)
-            assert other["cc"] == "8.6"
-            shown = wait_for_explorer_text(page, expected_text(other))
-            assert normalized(shown) == normalized(expected_text(other)), shown
-            assert shown.startswith("sm_86:") and "ceilings recorded for sm_90 only" in shown
-
-            if os.environ.get("LAB_BROWSER_SCREENSHOT"):
-                slider(page, "regs/thread").scroll_into_view_if_needed()
-                page.screenshot(path=os.environ["LAB_BROWSER_SCREENSHOT"])
+            yield page
         except Exception:
             if page is not None:
                 shot = tmp_path / "failure.png"
@@ -325,5 +287,99 @@ def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
         finally:
             context.close()
 
-    assert (REPO / NOTEBOOK).read_bytes() == notebook_bytes, f"{NOTEBOOK} was modified in the repository"
+    assert (REPO / notebook).read_bytes() == notebook_bytes, f"{notebook} was modified in the repository"
     print(f"requests blocked (not 127.0.0.1): {blocked or 'none'}")
+
+
+def test_occupancy_explorer_in_jupyterlab(lab_server, tmp_path):
+    log = lab_server[2]
+    with lab_notebook(lab_server, tmp_path, NOTEBOOK) as page:
+        run_all_cells(page, log)
+        # The static figures come first: two matplotlib images above the widgets.
+        assert page.locator(".jp-OutputArea-output img").count() >= 2
+
+        output = page.locator(".widget-output")
+        output.wait_for()
+        before = explorer_state(page)
+        shown = wait_for_explorer_text(page, expected_text(before))
+        assert normalized(shown) == normalized(expected_text(before)), shown
+
+        # Move "regs/thread" to a value that changes the blocks per SM (typed into its readout,
+        # as a person does for an exact value), then check the text follows.
+        regs = next(r for r in (64, 32, 96, 160, 255) if r != before["regs"]
+                    and explorer_occupancy({**before, "regs": r}).blocks_per_sm
+                    != explorer_occupancy(before).blocks_per_sm)
+        readout = slider(page, "regs/thread").locator(".widget-readout")
+        readout.fill(str(regs))
+        readout.press("Enter")
+        after = explorer_state(page)
+        assert after == {**before, "regs": regs}, after
+        shown = wait_for_explorer_text(page, expected_text(after))
+        assert normalized(shown) == normalized(expected_text(after)), shown
+        assert f"blocks/SM: {explorer_occupancy(after).blocks_per_sm} " in shown
+        assert f"{regs} registers/thread" in shown
+        # The knob moved the prediction: the model's line is another one (programs per SM changed).
+        model_line = lambda text: next(line for line in text.splitlines() if line.startswith("model ("))
+        assert model_line(shown) != model_line(expected_text(before)), shown
+
+        # Another compute capability from the dropdown: the SM limits change with it.
+        page.locator(".widget-dropdown select").select_option("8.6")
+        other = explorer_state(page)
+        assert other["cc"] == "8.6"
+        shown = wait_for_explorer_text(page, expected_text(other))
+        assert normalized(shown) == normalized(expected_text(other)), shown
+        assert shown.startswith("sm_86:") and "ceilings recorded for sm_90 only" in shown
+
+        if os.environ.get("LAB_BROWSER_SCREENSHOT"):
+            slider(page, "regs/thread").scroll_into_view_if_needed()
+            page.screenshot(path=os.environ["LAB_BROWSER_SCREENSHOT"])
+
+
+PATH_NOTEBOOK = "notebooks/12_learning_path.ipynb"
+
+
+def parameters(notebook: str) -> dict:
+    """The literals of a notebook's ``parameters`` cell."""
+    import ast
+
+    cells = json.loads((REPO / notebook).read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {node.targets[0].id if isinstance(node, ast.Assign) else node.target.id: ast.literal_eval(node.value)
+            for node in ast.parse(source).body if isinstance(node, (ast.Assign, ast.AnnAssign))}
+
+
+def dropdown(page, label: str):
+    return page.locator(".widget-dropdown").filter(has=page.locator(".widget-label", has_text=re.compile(f"^{label}$")))
+
+
+def test_learning_path_knob_in_jupyterlab(lab_server, tmp_path):
+    """Notebook 12's knob: pick another tile in its dropdown; the printed prediction must become the model's for the
+    new (tile, warps) (perfutils.learning_path.knob_text of knob_prediction, the notebook's own calls) and differ."""
+    from perfutils import learning_path as lp
+
+    params = parameters(PATH_NOTEBOOK)
+    shape = dict(loss=params["KNOB_LOSS"], target_format=params["KNOB_TARGET_FORMAT"], vocab=params["KNOB_VOCAB"],
+                 tokens=params["KNOB_TOKENS"])
+    data = REPO / params["DATA_DIR"]
+    expected = lambda tile, warps: lp.knob_text(lp.knob_prediction(data, tile, warps, **shape))
+    with lab_notebook(lab_server, tmp_path, PATH_NOTEBOOK) as page:
+        run_all_cells(page, lab_server[2])
+        assert page.locator(".jp-OutputArea-output img").count() >= 1  # the static figure above the widget
+        page.locator(".widget-output").wait_for()
+        value = lambda label: int(dropdown(page, label).locator("select").input_value())
+        tile, warps = value("tile"), value("warps")
+        first = expected(tile, warps)
+        shown = wait_for_explorer_text(page, first)
+        assert normalized(shown) == normalized(first), shown
+
+        other = next(int(t) for t in lp.knob_options(data, **shape)["block_size"].unique() if int(t) != tile
+                     and expected(int(t), warps) != first)
+        dropdown(page, "tile").locator("select").select_option(str(other))
+        assert (value("tile"), value("warps")) == (other, warps)
+        want = expected(other, warps)
+        shown = wait_for_explorer_text(page, want)
+        assert normalized(shown) == normalized(want), shown
+        assert normalized(shown) != normalized(first)
+        if os.environ.get("LAB_BROWSER_SCREENSHOT"):
+            dropdown(page, "tile").scroll_into_view_if_needed()
+            page.screenshot(path=os.environ["LAB_BROWSER_SCREENSHOT"].replace(".png", "_12.png"))

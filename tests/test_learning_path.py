@@ -76,3 +76,71 @@ def test_plot_path_one_row_per_step(frame):
     plt.close(fig)
     with pytest.raises(ValueError):
         plot_path(frame.drop(columns=["floor_ms"]))
+
+
+def test_lagged_step_shows_its_diff_from_the_wait_kernel_rendered_from_the_sources():
+    from kernels import split_row
+
+    from perfutils.notebook import kernel_source
+
+    lagged = next(s for s in lp.STEPS if s.key == "lagged")
+    diff = lp.step_diff(lagged)
+    assert diff.startswith("--- kernels.split_row.split_row_cooperative_kernel")
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    new = kernel_source(split_row.split_row_lagged_kernel).splitlines()
+    assert added and all(line in new for line in added)
+    assert lp.step_diff(lp.STEPS[0]) is None  # a step without diff_from shows its functions whole
+    steps = {s.key: s for s in lp.STEPS}
+    assert "-    tile_acc = tl.sum(" in lp.step_diff(steps["tuple"])  # a separate reduction the tuple form drops
+    assert "+def kept_gradient(" in lp.step_diff(steps["kept"])
+
+
+def test_every_step_has_recorded_evidence_or_says_none_was_recorded():
+    for step in lp.STEPS:
+        tables = lp.step_evidence(DATA, step)
+        assert len(tables) == len({p.study for p in step.records})  # every pick finds its row
+        excerpts = [lp.log_excerpt(DATA, e) for e in step.logs]
+        assert all(excerpts)
+        if not (tables or excerpts or step.evidence):
+            assert "no " in step.note and "recorded" in step.note, step.key
+    tuple_step = next(s for s in lp.STEPS if s.key == "tuple")
+    sass = dict(lp.step_evidence(DATA, tuple_step))["case_497_registers_offline"]
+    assert list(sass["variant"]) == ["case497.step1", "case497.step2"] and sass["LDL"].iloc[1] < sass["LDL"].iloc[0]
+    with pytest.raises(ValueError):
+        lp.log_excerpt(DATA, lp.LogExcerpt("explore_peel_2026-11-26.txt", "no such line"))
+
+
+def test_knob_text_is_what_the_widget_prints():
+    options = lp.knob_options(DATA)
+    p = lp.knob_prediction(DATA, int(options.iloc[0]["block_size"]), int(options.iloc[0]["num_warps"]))
+    text = lp.knob_text(p)
+    assert f"predicted {p['predicted_ms']:.3f} ms ({p['bound']})" in text and f"{p['n_regs']} registers" in text
+
+
+def test_live_cases_cover_the_one_gpu_rows_only():
+    cases = {s.key: (lp.live_case(s.before), lp.live_case(s.after)) for s in lp.STEPS}
+    assert cases["497"][1] == ("reverse_kl", "logits", 32768, 4096, ("case497.step0", 32768, 16))
+    assert cases["lagged"] == (None, None)  # tuning sweeps' fastest rows: not one case
+    assert cases["tp"] == (None, None)  # two GPUs
+
+
+def test_measure_mode_runs_the_harness_on_a_cpu_at_a_tiny_shape(tmp_path):
+    """MODE="measure"'s path (cases, harness, float64 checks, rows back into the path's frame), with the
+    interpreter and a stand-in timing of 1.0 ms."""
+    from perfutils.measure import providers
+    from perfutils.measure.measurer import GpuMeasurer, TimingBackend
+    from perfutils.measure.sweep_config import load_config
+
+    spec = load_config(dict(study=lp.LIVE_STUDY, out=str(tmp_path), loss="reverse_kl", target_format="logits",
+                            variant="fused", dtype="bf16", tokens=4, vocab=300, check_rows=4))
+    measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=TimingBackend.dry_run(),
+                           copy_gbps=1.0, log=lambda *_: None)
+    steps = [s for s in lp.STEPS if s.key in ("kept", "two_pass", "resident")]  # ablation, product, public plan
+    live = lp.measure_path(tmp_path, steps=steps, tokens=4, vocab=300, block_cap=512, measurer=measurer,
+                           log=lambda *_: None)
+    assert set(zip(live["step"], live["side"])) == {(key, side) for key in ("kept", "two_pass", "resident")
+                                                    for side in ("before", "after")}
+    assert (live["ms_median"] == 1.0).all()
+    merged = lp.with_live(lp.path_frame(DATA, steps=steps), live)
+    assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.startswith("measured now").all()
+    assert lp.step_summary(merged, "kept")[1].startswith("Measured now: **1.000 ms**")

@@ -277,3 +277,39 @@ def test_notebook_page_renders_figures_and_math_in_chromium(report, browser_page
     # browser draws); any other failed request is a missing file of the report.
     probes = [u for u in failed if "/mathjax/" in u and ("/fonts/" in u or u.startswith("about:"))]
     assert blocked == [] and sorted(set(failed) - set(probes)) == [], (blocked, failed)
+
+
+NOTEBOOK_LINK = re.compile(r"\]\((\d\d_[A-Za-z0-9_]+)\.ipynb(?:#([^)\s]+))?\)")
+
+
+def heading_anchor(line: str) -> str:
+    """The id JupyterLab and nbconvert give a Markdown heading (spaces as '-', '#' percent-encoded, code marks
+    dropped)."""
+    return line.lstrip("#").strip().replace("`", "").replace(" ", "-").replace("#", "%23")
+
+
+def test_links_between_notebooks_name_a_notebook_and_a_heading_it_has():
+    from perfutils.report import page_links
+
+    found = 0
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for target, anchor in NOTEBOOK_LINK.findall("".join(cell["source"])):
+                found += 1
+                linked = REPO / "notebooks" / f"{target}.ipynb"
+                assert linked.is_file(), f"{path.name} links to {target}.ipynb, which does not exist"
+                if anchor:
+                    headings = {heading_anchor(line) for c in json.loads(linked.read_text())["cells"]
+                                if c["cell_type"] == "markdown" for line in "".join(c["source"]).splitlines()
+                                if line.startswith("#")}
+                    assert anchor in headings, f"{path.name}: {target}.ipynb has no heading #{anchor}"
+    assert found >= 3  # notebooks 02 and 10 link into the learning path
+    assert page_links('<a href="12_learning_path.ipynb#x">') == '<a href="12_learning_path.html#x">'
+    assert page_links('<a href="https://a.b/12_x.ipynb">') == '<a href="https://a.b/12_x.ipynb">'
+
+
+def test_built_pages_link_to_pages_not_notebooks(report):
+    body = (report / "10_tensor_parallel.html").read_text(encoding="utf-8")
+    assert 'href="12_learning_path.html#' in body and ".ipynb#" not in body
