@@ -1,9 +1,10 @@
-"""Performance tools for the loss kernels, in three rooms and a front door.
+"""Performance tools for the loss kernels, in rooms (README "The rooms of the code" says where a change goes).
 
-* ``perfutils.model`` — models that need no GPU: hardware limits, occupancy, roofline, register counts
-  (the analytic estimate, and offline sm_90 compiles).
-* ``perfutils.measure`` — everything that runs on a GPU and records: timing, sweeps, studies, the data files.
-* ``perfutils.plots`` — figures and tables, each a function of a recorded DataFrame.
+* ``perfutils.data`` — what a recorded file is (schema, records, store, metadata); every other room reads it.
+* ``perfutils.model`` — models that need no GPU: hardware limits, occupancy, roofline, register counts.
+* ``perfutils.measure`` (the harness: timing, sweeps, sessions, Nsight Compute), ``perfutils.peers`` (Fast-LLM's
+  kernels) and ``perfutils.studies`` (one module per study, ``python -m perfutils <study>``) run on a GPU.
+* ``perfutils.plots`` — figures and tables, each a function of a recorded DataFrame (it reads ``data`` only).
 * At the top: ``cli`` (``python -m perfutils``), ``report`` (``make report``) and ``notebook`` (what every
   notebook needs first: its folders, its MODE).
 
@@ -13,7 +14,7 @@ works on a machine without a GPU.
 
 import importlib
 
-_SUBMODULES = ("cli", "measure", "model", "notebook", "plots", "report")
+_SUBMODULES = ("cli", "data", "measure", "model", "notebook", "peers", "plots", "report", "studies")
 
 
 def __getattr__(name):

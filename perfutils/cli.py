@@ -1,7 +1,7 @@
 """Command line: ``python -m perfutils sweep --config notebooks/params/x.yaml``, ``python -m perfutils info``,
 ``python -m perfutils predict --check data/<gpu> --out FILE.csv`` (the performance model against the recorded times),
 and every study's own command line, ``python -m perfutils <study> ...`` (:data:`STUDIES`: ``python -m perfutils
-vocab-sweep run public-4096-1 --out data`` runs ``perfutils.measure.vocab_sweep``'s ``main`` with the arguments after
+vocab-sweep run public-4096-1 --out data`` runs ``perfutils.studies.vocab_sweep``'s ``main`` with the arguments after
 the study's name; ``python -m perfutils <study> --help`` says what each takes). ``scripts/collect_h100.sh`` calls them
 so.
 
@@ -16,21 +16,21 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .measure.schema import DataFileError, IncompatibleDataError
+from .data.schema import DataFileError, IncompatibleDataError
 
 
 # The studies with a command line of their own (each module's ``main(argv)``), by the name the CLI gives them.
 STUDIES = {
-    "studies": "perfutils.measure.studies",  # case_study | benchmark
-    "case-497": "perfutils.measure.case_497",
-    "vocab-sweep": "perfutils.measure.vocab_sweep",
-    "host-overhead": "perfutils.measure.host_overhead",
-    "occupancy-check": "perfutils.measure.occupancy_check",
-    "tuning": "perfutils.measure.tuning",
-    "teaching": "perfutils.measure.teaching",
-    "profiling": "perfutils.measure.profiling",
-    "tensor-parallel": "perfutils.measure.tensor_parallel",
-    "explorations": "perfutils.measure.explorations",
+    "studies": "perfutils.studies.cases",  # case_study | benchmark
+    "case-497": "perfutils.studies.case_497",
+    "vocab-sweep": "perfutils.studies.vocab_sweep",
+    "host-overhead": "perfutils.studies.host_overhead",
+    "occupancy-check": "perfutils.studies.occupancy_check",
+    "tuning": "perfutils.studies.tuning",
+    "teaching": "perfutils.studies.teaching",
+    "profiling": "perfutils.studies.profiling",
+    "tensor-parallel": "perfutils.studies.tensor_parallel",
+    "explorations": "perfutils.studies.explorations",
 }
 
 
@@ -84,7 +84,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .measure.metadata import collect_metadata
+    from .data.metadata import collect_metadata
 
     copy_gbps = None
     if args.copy:

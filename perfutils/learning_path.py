@@ -485,7 +485,7 @@ def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | No
     sidecar, resumable) into ``<out>/<gpu>/learning_path.csv``; returns one row per (step, side) measured with
     ``ms_median``. ``tokens``/``vocab``/``block_cap`` shrink every case (a CPU check under the interpreter);
     ``measurer``: the harness's measure callable (default: the GPU's)."""
-    from .measure.studies import run_cases
+    from .studies.cases import run_cases
 
     cases, wanted = {}, []
     for step in steps:

@@ -1,9 +1,10 @@
 """What every notebook needs before it measures or replays: its folders, its MODE, a kernel's source to show.
 
 Notebooks run from two places: papermill (``make report``) starts them in the repository root, nbval
-(``make test``) in ``notebooks/``. :func:`repo_root` / :func:`resolve` and :func:`find_repo_root` /
-:func:`resolve_path` find the repository's folders from either; :func:`resolve_mode` turns ``MODE="auto"`` into
-``measure`` (a CUDA GPU is there) or ``replay`` (the committed ``data/``); :func:`kernel_source` is the source of a
+(``make test``) in ``notebooks/``. :func:`find_repo_root` and :func:`resolve_path` (or
+:func:`resolve`, the same made absolute) find the repository's folders from either; :func:`resolve_mode` turns ``MODE="auto"`` into
+``measure`` (a CUDA GPU is there) or ``replay`` (the committed ``data/``); :func:`require` is a recorded input or an
+error saying how to make it, :func:`wide_tables` the pages' table width; :func:`kernel_source` is the source of a
 ``@triton.jit`` kernel, which the teaching notebooks display instead of defining it.
 
 What a page shows: :func:`table` is a DataFrame as a reader wants it (no pandas index unless it means something,
@@ -22,25 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["repo_root", "resolve", "find_repo_root", "resolve_path", "resolve_mode", "kernel_source", "table", "shown",
-           "quiet_interpreter", "say", "compared", "span", "listing"]
-
-
-def repo_root(start: str | Path | None = None) -> Path:
-    """The nearest folder at or above ``start`` (default: cwd) holding pyproject.toml."""
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists() and (folder / "kernels").is_dir():
-            return folder
-    raise FileNotFoundError(f"no project root (pyproject.toml beside kernels/) at or above {here}")
-
-
-def resolve(path: str | Path) -> Path:
-    """``path`` as given if absolute or existing from cwd, else relative to the repository root."""
-    path = Path(path)
-    if path.is_absolute() or path.exists():
-        return path.resolve()
-    return repo_root() / path
+__all__ = ["find_repo_root", "resolve_path", "resolve", "resolve_mode", "require", "wide_tables", "kernel_source", "table",
+           "shown", "quiet_interpreter", "say", "compared", "span", "listing"]
 
 
 def kernel_source(kernel: Any) -> str:
@@ -72,6 +56,11 @@ def resolve_path(path: str | os.PathLike) -> Path:
     return (root / candidate) if root is not None else candidate
 
 
+def resolve(path: str | os.PathLike) -> Path:
+    """:func:`resolve_path`, made absolute."""
+    return resolve_path(path).resolve()
+
+
 def resolve_mode(mode: str) -> str:
     """``auto`` -> ``measure`` when CUDA is available, else ``replay``; ``measure`` needs CUDA."""
     if mode not in ("auto", "measure", "replay"):
@@ -84,6 +73,22 @@ def resolve_mode(mode: str) -> str:
     if mode == "auto":
         return "measure" if cuda else "replay"
     return mode
+
+
+def require(folder: str | os.PathLike, name: str, how_to: dict[str, str]) -> Path:
+    """``folder / name`` when that file exists; else a FileNotFoundError naming it and saying how to make it
+    (``how_to[name]``): a missing input stops the page, never draws an empty plot."""
+    path = Path(folder) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing, and this notebook needs it. To produce it: {how_to[name]}.")
+    return path
+
+
+def wide_tables() -> None:
+    """Print DataFrames as the pages' wide tables: 200 characters, up to 30 columns and 250 rows."""
+    import pandas as pd  # here, so that importing this module stays cheap
+
+    pd.set_option("display.width", 200, "display.max_columns", 30, "display.max_rows", 250)
 
 
 MISSING = "–"  # how a table shows a missing value

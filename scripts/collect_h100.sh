@@ -3,9 +3,9 @@
 # well under 10 minutes; every stage is resumable (rerun it and it measures only what is missing).
 #   scripts/collect_h100.sh ceilings|tuning|unsplit-tuning|case|fused|two_pass|benchmark|resume-demo|ptxas-torch|gpu-tests|host-overhead|
 #                           occupancy|tuning-table|forget-project|remeasure-project|ncu-split-row|
-#                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.measure.case_497]|
+#                           case-497-measure|case-497-ablation|case-497-ncu [extra args for perfutils.studies.case_497]|
 #                           vocab-stages|vocab-<stage> [more stages]
-# The case-497 stages run Fast-LLM from the checkouts in FAST_LLM_PATH (see perfutils/measure/case_497.py), e.g.
+# The case-497 stages run Fast-LLM from the checkouts in FAST_LLM_PATH (see perfutils/studies/case_497.py), e.g.
 #   PYTHONPATH=$PWD FAST_LLM_PATH=.peers/fast_llm-27f4747e:.peers/fast_llm-7d61a1ba scripts/collect_h100.sh case-497-measure
 # The vocab sweep (notebook 09: the public call, its autograd form, the kernel-only plan and the peers over 17
 # vocabularies) is cut into stages of a few minutes each; `vocab-stages` lists them (no GPU), `vocab-<stage>` runs
@@ -25,7 +25,8 @@ case "$stage" in
     python3 - <<'PY'
 from pathlib import Path
 import torch
-from perfutils.measure import ceilings, metadata, schema
+from perfutils.studies import ceilings
+from perfutils.data import metadata, schema
 df = ceilings.measure_ceilings()
 copy = float(df.loc[df["ceiling"].str.startswith("dram_copy"), "value"].max())
 path = schema.data_path("data", torch.cuda.get_device_name(), "ceilings")
@@ -49,7 +50,7 @@ PY
     rm -rf /tmp/resume_demo
     timeout -s KILL 12 python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml || echo "killed: exit $?"
     f=$(ls /tmp/resume_demo/*/resume_demo.csv); echo "rows after kill: $(($(wc -l < "$f") - 1))"
-    python3 -c "from perfutils.measure.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
+    python3 -c "from perfutils.data.records import load_records; print('loads cleanly:', len(load_records('$f')), 'rows')"
     python3 -m perfutils sweep --config notebooks/params/resume_demo.yaml | grep -E "already|done"
     echo "rows after resume: $(($(wc -l < "$f") - 1))" ;;
   ptxas-torch)  # the same kernels built by torch's ptxas (what torch.compile switches a process to)
@@ -81,7 +82,7 @@ PY
 import shutil
 import pandas as pd
 import torch
-from perfutils.measure import records, schema, store
+from perfutils.data import records, schema, store
 stamp = store.replaced_stamp()
 for study, variants in (("benchmark", ["fused", "two_pass", "split_row", "auto"]), ("case_study", ["split_row", "auto"])):
     path = schema.data_path("data", torch.cuda.get_device_name(), study)

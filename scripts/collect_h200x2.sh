@@ -19,13 +19,13 @@ case "$stage" in
     args=(--out data --budget-s "${BUDGET_S:-360}")
     if [ -n "${FAST_LLM_PATH:-}" ]; then args+=(--fast-llm "$FAST_LLM_PATH"); fi
     python3 -m perfutils tensor-parallel "${args[@]}"
-    slug=$(python3 -c "import torch; from perfutils.measure.schema import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")
+    slug=$(python3 -c "import torch; from perfutils.data.schema import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")
     python3 -c "from perfutils.plots.tensor_parallel import print_summary; print_summary('data/$slug/tensor_parallel.csv')" ;;
   tp-smoke)
     python3 -m perfutils tensor-parallel --out /tmp/tp-smoke --tokens 4096 --vocab 131072 \
       --losses cross_entropy/labels reverse_kl/logits ${FAST_LLM_PATH:+--fast-llm "$FAST_LLM_PATH"} ;;
   tp-tests)
-    slug=$(python3 -c "import torch; from perfutils.measure.schema import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")
+    slug=$(python3 -c "import torch; from perfutils.data.schema import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")
     log="data/$slug/logs/gpu_tests_vocab_parallel_$(date -u +%F).txt"
     mkdir -p "$(dirname "$log")"
     { nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'nccl', torch.cuda.nccl.version())"

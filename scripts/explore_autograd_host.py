@@ -26,7 +26,7 @@ import triton
 import kernels
 from kernels import ops
 from perfutils.measure.host_cost import time_host_calls
-from perfutils.measure.host_overhead import hand_back_function
+from perfutils.studies.host_overhead import hand_back_function
 
 
 def host_us(fn, calls=1000):

@@ -2,7 +2,9 @@
 device thread, and what ``torch.autograd.set_multithreading_enabled(False)`` (PyTorch's switch that runs a backward's
 CUDA nodes on the calling thread) does to it, host-side and GPU-side.
 
-    python scripts/explore_autograd_threads.py [--rounds 3] [--out FILE.json]
+    python scripts/explore_autograd_threads.py [--rounds 3] [--out FILE.json] [--grid TOKENS VOCAB [VOCAB ...]]
+
+(``--grid``: the GPU-side table over the four losses at these vocabularies instead of the six default shapes.)
 
 Host µs per step on 8 x 32000 bf16 (median of 5 batches, interleaved rounds, the best round kept: the host drifts),
 each step with the engine's default (a CUDA backward runs on the engine's device thread: the caller wakes it and waits
@@ -22,7 +24,7 @@ import triton
 
 import kernels
 from explore_autograd_host import host_us
-from perfutils.measure.host_overhead import hand_back_function
+from perfutils.studies.host_overhead import hand_back_function
 
 SHAPES = ((1024, 32000, "cross_entropy", "labels"), (1024, 50304, "cross_entropy", "labels"),
           (1024, 32000, "forward_kl", "logits"), (1024, 131072, "forward_kl", "logits"),
@@ -67,9 +69,9 @@ def host_table(rounds: int) -> dict:
     return best
 
 
-def gpu_table() -> list[dict]:
+def gpu_table(shapes=SHAPES) -> list[dict]:
     rows = []
-    for tokens, vocab, loss, fmt in SHAPES:
+    for tokens, vocab, loss, fmt in shapes:
         x = (torch.randn(tokens, vocab, device="cuda") * 2).bfloat16()
         target = (torch.randint(0, vocab, (tokens,), device="cuda") if fmt == "labels"
                   else (torch.randn(tokens, vocab, device="cuda") * 2).bfloat16())
@@ -101,11 +103,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--grid", type=int, nargs="+", default=None, metavar="N")
     args = parser.parse_args(argv)
+    losses = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
+              ("reverse_kl", "logits"))
+    shapes = (SHAPES if not args.grid else
+              [(args.grid[0], vocab, loss, fmt) for vocab in args.grid[1:] for loss, fmt in losses])
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     host = host_table(args.rounds)
     print(json.dumps(host, indent=1), flush=True)
-    gpu = gpu_table()
+    gpu = gpu_table(shapes)
     if args.out:
         with open(args.out, "w") as handle:
             json.dump({"host_us_best_round": host, "gpu": gpu, "gpu_name": torch.cuda.get_device_name(),

@@ -307,7 +307,7 @@ def label(block, warps, options):
 
 def copy_gbps():
     from perfutils.measure.measurer import read_copy_gbps
-    from perfutils.measure.schema import data_path
+    from perfutils.data.schema import data_path
 
     gpu = torch.cuda.get_device_name()
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)

@@ -131,7 +131,7 @@ if __name__ == "__main__":
     if gluon is None:
         print(f"Triton {triton.__version__} has no triton.experimental.gluon: only the L2 kernel runs", file=sys.stderr)
     from perfutils.measure.measurer import read_copy_gbps
-    from perfutils.measure.schema import data_path
+    from perfutils.data.schema import data_path
 
     gpu = torch.cuda.get_device_name()
     copy = read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)

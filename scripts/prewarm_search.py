@@ -15,7 +15,7 @@ from kernels import auto, autotune
 from kernels.planning import PLANNERS
 from kernels.problem import build_problem
 from perfutils.measure.host_cost import HOST_ROWS
-from perfutils.measure.vocab_sweep import LOSSES as LOSS_PAIRS
+from perfutils.studies.vocab_sweep import LOSSES as LOSS_PAIRS
 
 LOSSES = tuple(f"{loss}/{fmt}" for loss, fmt in LOSS_PAIRS)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}

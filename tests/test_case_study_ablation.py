@@ -3,7 +3,7 @@ computes reverse KL and its gradient, against the float64 reference, on irregula
 
 Under the Triton interpreter on a CPU (conftest.py); the unrolled (SHAPE_CONSTEXPR) forms get small rows so
 the unrolled tile walk stays quick. Offline sm_90 compiles of the steps are in test_fast_llm.py's neighbour
-``perfutils.measure.case_497.ablation_offline_rows`` (not run here: compiles take minutes on this machine).
+``perfutils.studies.case_497.ablation_offline_rows`` (not run here: compiles take minutes on this machine).
 """
 
 from __future__ import annotations

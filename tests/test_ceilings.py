@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import perfutils.lab_kernels.microbench as microbench  # noqa: E402
-from perfutils.measure import ceilings  # noqa: E402
+from perfutils.studies import ceilings  # noqa: E402
 from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 
 # The interpreter turns a runtime loop bound into an int via a 1-element array (NumPy warns).

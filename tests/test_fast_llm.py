@@ -1,4 +1,4 @@
-"""perfutils.measure.fast_llm (Fast-LLM run from a checkout) and perfutils.measure.case_497 (the case study's stages).
+"""perfutils.peers.fast_llm (Fast-LLM run from a checkout) and perfutils.studies.case_497 (the case study's stages).
 
 Most tests use a small stand-in checkout written into a temporary folder (a ``fast_llm`` package with the same
 module path, enums and wrapper signature as Fast-LLM, and a toy kernel): they check the loader, commits,
@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 import torch
 
-from perfutils.measure import case_497, fast_llm, providers
+from perfutils.studies import case_497
+from perfutils.peers import fast_llm
+from perfutils.measure import ncu, providers
 
 FAKE_CONFIG = '''
 import enum
@@ -228,7 +230,7 @@ def test_provider_runs_the_wrapper_and_records_its_launches(two_checkouts):
 def test_offline_compile_of_a_recorded_launch(two_checkouts, tmp_path):
     """In a fresh process without the interpreter, as the offline stage runs (tl_arange is None there)."""
     script = textwrap.dedent(f'''
-        from perfutils.measure import fast_llm
+        from perfutils.peers import fast_llm
         checkout = fast_llm.load({str(two_checkouts[0])!r})
         assert checkout.module.tl_arange is None
         (launch,) = fast_llm.capture_launches(checkout, loss="reverse_kl", target_format="logits", tokens=4096,
@@ -246,7 +248,7 @@ def test_offline_compile_of_a_recorded_launch(two_checkouts, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# perfutils.measure.case_497
+# perfutils.studies.case_497
 # --------------------------------------------------------------------------------------------------------------
 
 NCU_SAMPLE = """\
@@ -315,7 +317,7 @@ $ ncu --clock-control none ...
 
 
 def test_parse_ncu_text_reads_sections_and_metrics():
-    parsed = case_497.parse_ncu_text(NCU_SAMPLE)
+    parsed = ncu.parse_ncu_text(NCU_SAMPLE)
     first = parsed[parsed["launch"] == 0]
     assert set(first["kernel"]) == {"triton_reverse_kl_forward_backward_kernel_from_distribution"}
     assert first["label"].iloc[0].startswith("#497 kernel")
@@ -331,7 +333,7 @@ def test_parse_ncu_text_reads_sections_and_metrics():
 
 
 def test_ncu_summary_one_row_per_launch():
-    summary = case_497.ncu_summary(case_497.parse_ncu_text(NCU_SAMPLE))
+    summary = case_497.ncu_summary(ncu.parse_ncu_text(NCU_SAMPLE))
     assert len(summary) == 2
     issue, ours = summary.iloc[0], summary.iloc[1]
     assert issue["duration_us"] == pytest.approx(4610.0) and ours["duration_us"] == pytest.approx(691.2)
@@ -349,7 +351,7 @@ def test_ncu_command_line():
     assert argv[argv.index("-k") + 1] == "regex:fused_loss_kernel" and argv[argv.index("-c") + 1] == "1"
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert "dram__bytes_read.sum" in metrics and len(metrics) == len(case_497.NCU_METRICS)
-    assert argv[-7:] == ["python3", "-m", "perfutils.measure.case_497", "ncu-target", "fused", "--vocab", "32768"]
+    assert argv[-8:] == ["python3", "-m", "perfutils", "case-497", "ncu-target", "fused", "--vocab", "32768"]
 
 
 def test_sass_counts():

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfutils.measure import host_cost, providers, vocab_sweep
+from perfutils.measure import host_cost, providers
+from perfutils.studies import vocab_sweep
 
 pytestmark = pytest.mark.gpu
 

@@ -106,7 +106,7 @@ class _Imports(ast.NodeVisitor):
             base = base.value
         if isinstance(base, ast.Name) and base.id in self.aliases:
             dotted = self.aliases[base.id]
-            for part in reversed(chain[1:]):  # walk down through submodules: perfutils.measure.records._x
+            for part in reversed(chain[1:]):  # walk down through submodules: perfutils.data.records._x
                 if f"{dotted}.{part}" not in self.modules:
                     break
                 dotted = f"{dotted}.{part}"
@@ -207,6 +207,13 @@ def test_figures_neither_compile_nor_import_kernels():
     assert not arrows, "figures that compile or import kernels:\n" + "\n".join(arrows)
 
 
+def _arrows(graph: dict[str, set[str]], source: str, targets: tuple[str, ...]) -> list[str]:
+    """Every import from a module of ``source`` (a room, by dotted prefix) into one of ``targets``."""
+    inside = lambda module, root: module == root or module.startswith(root + ".")  # noqa: E731
+    return sorted(f"{module} -> {target}" for module, imports in graph.items() if inside(module, source)
+                  for target in imports if any(inside(target, root) for root in targets))
+
+
 def test_measurement_draws_nothing():
     """perfutils.measure records data; figures and tables of it are perfutils.plots' (which may read measure's data
     files), never the reverse."""
@@ -215,6 +222,29 @@ def test_measurement_draws_nothing():
                     if module.startswith("perfutils.measure") for target in targets
                     if target.startswith("perfutils.plots"))
     assert not arrows, "measurement modules importing figures:\n" + "\n".join(arrows)
+
+
+def test_figures_read_only_the_data_room():
+    """perfutils.plots reads recorded files through perfutils.data: never the harness, the studies or the peers
+    (a figure must draw on a laptop from data/, whatever the GPU side needs)."""
+    arrows = _arrows(import_graph()[0], "perfutils.plots",
+                     ("kernels", "perfutils.measure", "perfutils.studies", "perfutils.peers", "perfutils.lab_kernels"))
+    assert not arrows, "figures importing more than the data room:\n" + "\n".join(arrows)
+
+
+def test_no_room_imports_the_rooms_built_on_it():
+    """The data room is under everything; the harness (measure) and the peers under the studies; the studies under
+    the pages: none of them imports a room built on it."""
+    graph, _ = import_graph()
+    above = {"perfutils.data": ("perfutils.measure", "perfutils.studies", "perfutils.peers", "perfutils.plots"),
+             "perfutils.measure": ("perfutils.studies", "perfutils.plots"),
+             "perfutils.peers": ("perfutils.studies", "perfutils.plots"),
+             "perfutils.studies": ("perfutils.plots",),
+             "perfutils.model": ("perfutils.measure", "perfutils.studies", "perfutils.peers", "perfutils.plots")}
+    arrows = [arrow for room, rooms in above.items() for arrow in _arrows(graph, room, rooms)]
+    assert not arrows, "a room importing one above it:\n" + "\n".join(arrows)
+    assert {"perfutils.data.schema", "perfutils.measure.timing", "perfutils.studies.case_497",
+            "perfutils.peers.fast_llm"} <= set(graph)
 
 
 def test_the_product_imports_and_runs_without_the_lab(tmp_path):

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.measure.records import load_records  # noqa: E402
+from perfutils.data.records import load_records  # noqa: E402
 from perfutils.model import predict  # noqa: E402
 from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 from perfutils.plots import prediction_overlays as po  # noqa: E402

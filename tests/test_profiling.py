@@ -1,4 +1,4 @@
-"""perfutils.measure.profiling, ncu, profiler and perfutils.plots.profiling: profiler tables, ncu CSV parsing,
+"""perfutils.studies.profiling, ncu, profiler and perfutils.plots.profiling: profiler tables, ncu CSV parsing,
 the (fake-GPU) measurement pipeline, figures."""
 
 import os
@@ -21,9 +21,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.measure import ncu, profiler, profiling  # noqa: E402
+from perfutils.measure import ncu, profiler  # noqa: E402
+from perfutils.studies import profile_ncu, profiling  # noqa: E402
 from perfutils.plots import profiling as plots  # noqa: E402
-from perfutils.measure.records import load_records  # noqa: E402
+from perfutils.data.records import load_records  # noqa: E402
 from perfutils.measure.timing import BenchResult  # noqa: E402
 
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capability": [9, 0], "sm_count": 132}
@@ -175,7 +176,7 @@ def test_ncu_number(value, unit, expected):
 
 def test_ncu_command_line():
     command = ncu.ncu_command("/usr/bin/ncu", ["two_pass_grad_kernel", "fused_loss_kernel", "fused_loss_kernel"],
-                              ncu.NCU_METRICS, "/tmp/s.py", [16, 300])
+                              profile_ncu.NCU_METRICS, "/tmp/s.py", [16, 300])
     assert command[:5] == ["/usr/bin/ncu", "--clock-control", "none", "--target-processes", "all"]
     assert command[command.index("-k") + 1] == "regex:fused_loss_kernel|two_pass_grad_kernel"
     assert "--csv" in command and command[-4:] == [sys.executable, "/tmp/s.py", "16", "300"]
@@ -196,7 +197,7 @@ PREDICTIONS = [
 
 def test_ncu_rows_put_prediction_beside_measurement():
     parsed = ncu.parse_ncu_csv(_ncu_text(["fused_loss_kernel", "two_pass_stats_kernel"]))
-    rows = ncu.ncu_rows(parsed, PREDICTIONS, tokens=TOKENS, vocab=VOCAB, cc=(9, 0))
+    rows = profile_ncu.ncu_rows(parsed, PREDICTIONS, tokens=TOKENS, vocab=VOCAB, cc=(9, 0))
     assert [r["variant"] for r in rows] == ["fused", "two_pass"]
     first = rows[0]
     assert first["status"] == "ok" and first["ms_median"] == pytest.approx(1.2345)
@@ -210,7 +211,7 @@ def test_ncu_rows_put_prediction_beside_measurement():
     assert first["ncu_dram_gbps"] == pytest.approx((268.44e6 + 0.27e9) / 1_234_500.0)
     assert "ncu_id=0" in first["config_key"] and rows[0]["config_key"] != rows[1]["config_key"]
     # Unexpected order: matched by name instead.
-    swapped = ncu.ncu_rows(ncu.parse_ncu_csv(_ncu_text(["two_pass_stats_kernel", "fused_loss_kernel"])),
+    swapped = profile_ncu.ncu_rows(ncu.parse_ncu_csv(_ncu_text(["two_pass_stats_kernel", "fused_loss_kernel"])),
                            PREDICTIONS, tokens=TOKENS, vocab=VOCAB)
     assert [r["variant"] for r in swapped] == ["two_pass", "fused"]
 
@@ -261,12 +262,12 @@ def _fake_ncu(tmp_path, body):
 
 def test_measure_ncu_records_nothing_without_ncu_or_when_it_fails(tmp_path, monkeypatch):
     lines = []
-    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
-    assert ncu.measure_ncu(tmp_path, backend=FakeBackend(), metadata=H100, log=lines.append) is None
+    monkeypatch.setattr(profile_ncu, "find_ncu", lambda: None)
+    assert profile_ncu.measure_ncu(tmp_path, backend=FakeBackend(), metadata=H100, log=lines.append) is None
     assert "not found" in lines[-1]
     failing = _fake_ncu(tmp_path, 'print("==ERROR== ERR_NVGPUCTRPERM - no permission"); sys.exit(1)')
-    assert ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
-                           metadata=H100, ncu=failing, log=lines.append) is None
+    assert profile_ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
+                                   metadata=H100, ncu=failing, log=lines.append) is None
     assert "ERR_NVGPUCTRPERM" in lines[-1] and "nothing recorded" in lines[-1]
     assert not (tmp_path / "h100-sxm-80gb").exists()
 
@@ -274,8 +275,8 @@ def test_measure_ncu_records_nothing_without_ncu_or_when_it_fails(tmp_path, monk
 def test_measure_ncu_records_the_parsed_launches(tmp_path):
     body = (f"if '--version' in sys.argv:\n    print('Version 2025.1.0.0'); sys.exit(0)\n"
             f"sys.stdout.write({_ncu_text(['fused_loss_kernel'])!r})")
-    path = ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
-                           metadata=H100, ncu=_fake_ncu(tmp_path, body), log=lambda line: None)
+    path = profile_ncu.measure_ncu(tmp_path, tokens=TOKENS, vocab=VOCAB, variants=("fused",), backend=FakeBackend(),
+                                   metadata=H100, ncu=_fake_ncu(tmp_path, body), log=lambda line: None)
     df = load_records(path)
     assert len(df) == 1 and df["variant"].iloc[0] == "fused" and df["status"].iloc[0] == "ok"
     assert df["ncu_version"].iloc[0] == "Version 2025.1.0.0" and df["ncu_metric_set"].iloc[0] == "full"
@@ -313,8 +314,8 @@ def test_step_reading_says_what_the_recorded_profile_shows():
     gradient, the Triton kernels' share of the device time."""
     from pathlib import Path
 
-    from perfutils.measure import profiling as measured
-    from perfutils.measure.records import load_study
+    from perfutils.studies import profiling as measured
+    from perfutils.data.records import load_study
     from perfutils.plots import profiling as plots
 
     data = Path(__file__).resolve().parent.parent / "data"

@@ -1,4 +1,4 @@
-"""perfutils.measure.store and records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
+"""perfutils.data.store and records: atomic, resumable, never-mixing data files (CPU only, no timing)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfutils.measure import store as store_module
-from perfutils.measure.records import check_single_gpu, load_metadata, load_records
-from perfutils.measure.schema import (COLUMNS, SCHEMA_VERSION, DataFileError, IncompatibleDataError, config_key,
+from perfutils.data import store as store_module
+from perfutils.data.records import check_single_gpu, load_metadata, load_records
+from perfutils.data.schema import (COLUMNS, SCHEMA_VERSION, DataFileError, IncompatibleDataError, config_key,
                                       data_path, gpu_slug)
-from perfutils.measure.store import ResultStore
+from perfutils.data.store import ResultStore
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -358,7 +358,7 @@ def test_any_text_and_float_round_trip(tmp_path_factory, message, value):
 def test_collect_metadata_records_the_code_commit_it_is_given(monkeypatch):
     """A tree copied to the GPU machine with an old .git names its real commit through $FUSED_LOSS_CODE_COMMIT; a value
     that is not a commit hash is refused before anything is measured."""
-    from perfutils.measure.metadata import CODE_COMMIT_ENV, collect_metadata
+    from perfutils.data.metadata import CODE_COMMIT_ENV, collect_metadata
 
     monkeypatch.delenv(CODE_COMMIT_ENV, raising=False)
     assert "code_commit" not in collect_metadata({})
@@ -372,7 +372,7 @@ def test_collect_metadata_records_the_code_commit_it_is_given(monkeypatch):
 def test_collect_metadata_works_without_a_gpu():
     import torch
 
-    from perfutils.measure.metadata import collect_metadata
+    from perfutils.data.metadata import collect_metadata
 
     info = collect_metadata({"tokens": [1, 2]}, 3000.0)
     assert info["parameters"] == {"tokens": [1, 2]} and info["copy_gbps"] == 3000.0

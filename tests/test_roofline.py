@@ -197,7 +197,7 @@ def test_roofline_reading_and_the_sweep_reading_state_what_the_recorded_points_s
     """Notebooks 03 and 01 print these sentences from the committed H100 data; the words follow the numbers."""
     from pathlib import Path
 
-    from perfutils.measure.records import load_records
+    from perfutils.data.records import load_records
     from perfutils.model.roofline import ceilings_from_records
     from perfutils.plots import roofline as prf
     from perfutils.plots.sweeps import occupancy_reading

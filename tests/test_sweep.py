@@ -15,9 +15,9 @@ import torch
 from perfutils import cli
 from perfutils.measure import measurer, sweep, sweep_config
 from perfutils.measure.measurer import GpuMeasurer, TimingBackend
-from perfutils.measure.records import load_records
-from perfutils.measure.schema import IncompatibleDataError
-from perfutils.measure.store import ResultStore
+from perfutils.data.records import load_records
+from perfutils.data.schema import IncompatibleDataError
+from perfutils.data.store import ResultStore
 from perfutils.measure.sweep import run_sweep
 from perfutils.measure.sweep_config import KnownNames, SweepPoint, load_config, plan_configs
 from perfutils.measure.timing import BenchResult

@@ -1,4 +1,4 @@
-"""perfutils.lab_kernels.teaching, perfutils.measure.teaching and perfutils.plots.teaching: the teaching kernels (under
+"""perfutils.lab_kernels.teaching, perfutils.studies.teaching and perfutils.plots.teaching: the teaching kernels (under
 TRITON_INTERPRET=1 on a CPU), the measurement pipeline with a fake GPU back end (CSV + JSON through ResultStore),
 and the figures."""
 
@@ -22,11 +22,11 @@ import pytest  # noqa: E402
 
 from perfutils.lab_kernels.teaching import activations, evonorm, label_index, softmax, vector_add  # noqa: E402
 from perfutils import notebook  # noqa: E402
-from perfutils.measure import teaching as measure  # noqa: E402
+from perfutils.studies import teaching as measure  # noqa: E402
 from perfutils.model import compiled_kernel  # noqa: E402
 from perfutils.plots import teaching as plots  # noqa: E402
 from perfutils.plots.figures import save_figure  # noqa: E402
-from perfutils.measure.records import load_metadata, load_records  # noqa: E402
+from perfutils.data.records import load_metadata, load_records  # noqa: E402
 from perfutils.measure.timing import BenchResult  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -254,7 +254,7 @@ def test_load_study_names_the_missing_file_and_command(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         measure.load_study(tmp_path, "h100-sxm-80gb", "triton_basics")
     message = str(info.value)
-    assert "h100-sxm-80gb/triton_basics.csv" in message and "python -m perfutils.measure.teaching" in message
+    assert "h100-sxm-80gb/triton_basics.csv" in message and "python -m perfutils teaching" in message
 
 
 def test_measurements_need_a_gpu(monkeypatch, tmp_path):

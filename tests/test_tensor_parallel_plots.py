@@ -1,4 +1,4 @@
-"""perfutils.plots.tensor_parallel (tables, figures) and the byte model of perfutils.measure.tensor_parallel, on a
+"""perfutils.plots.tensor_parallel (tables, figures) and the byte model of perfutils.studies.tensor_parallel, on a
 synthetic records frame."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.measure.tensor_parallel import bytes_model  # noqa: E402
+from perfutils.studies.tensor_parallel import bytes_model  # noqa: E402
 from perfutils.plots import tensor_parallel as tpp  # noqa: E402
 from perfutils.plots.figures import save_figure  # noqa: E402
 
@@ -94,7 +94,7 @@ def test_tensor_parallel_table_says_how_many_shapes_meet_the_bound():
     says how many shapes meet the bound, read from the same rows."""
     from pathlib import Path
 
-    from perfutils.measure.records import load_records
+    from perfutils.data.records import load_records
     from perfutils.plots import summary
 
     repo = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from kernels.auto import table_choice
-from perfutils.measure import tuning
-from perfutils.measure.records import load_records
-from perfutils.measure.studies import tuned_config
+from perfutils.studies import tuning
+from perfutils.data.records import load_records
+from perfutils.studies.cases import tuned_config
 
 H100_DIR = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -59,7 +59,7 @@ def test_no_entry_for_another_loss_dtype_or_variant():
 
 
 def test_tuned_config_reads_the_gpu_table_under_out(tmp_path):
-    from perfutils.measure.schema import data_path
+    from perfutils.data.schema import data_path
 
     path = data_path(tmp_path, H100, "tuning")
     path.parent.mkdir()
@@ -74,7 +74,7 @@ def test_tuned_config_reads_the_gpu_table_under_out(tmp_path):
 
 
 def test_committed_table_is_built_from_the_committed_studies():
-    """tuning.csv is exactly what perfutils.measure.tuning builds from the recorded sweeps (not hand-edited, not stale)."""
+    """tuning.csv is exactly what perfutils.studies.tuning builds from the recorded sweeps (not hand-edited, not stale)."""
     built = tuning.build_tuning_table(H100_DIR)
     committed = pd.read_csv(H100_DIR / "tuning.csv", keep_default_na=False)
     assert len(built) == len(committed)
@@ -100,8 +100,8 @@ def test_table_has_each_variants_best_and_one_fastest_per_shape():
 
 
 def test_explorations_combine_designs_with_their_provenance(tmp_path):
-    from perfutils.measure.explorations import combine_designs
-    from perfutils.measure.records import load_metadata
+    from perfutils.studies.explorations import combine_designs
+    from perfutils.data.records import load_metadata
 
     sources = {"lagged": ("lagged sweep", H100_DIR / "split_row_tuning.csv"),
                "wait": ("wait sweep", H100_DIR / "split_row_wait_tuning.csv")}

@@ -453,11 +453,12 @@ def test_bytes_per_rank():
 
 
 def test_measurement_harness_smoke(tmp_path):
-    """perfutils.measure.tensor_parallel end to end on two CPU ranks (gloo, interpreter, host timers): the rows, the
+    """perfutils.studies.tensor_parallel end to end on two CPU ranks (gloo, interpreter, host timers): the rows, the
     checks and the sidecar the GPU run writes, on a tiny shape (times meaningless)."""
     if torch.cuda.is_available():
         pytest.skip("the smoke run is the CPU path; on GPUs run the measurement itself")
-    from perfutils.measure import records, tensor_parallel
+    from perfutils.data import records
+    from perfutils.studies import tensor_parallel
 
     code = tensor_parallel.main(["--device", "cpu", "--out", str(tmp_path), "--tokens", "8", "--vocab", "32",
                                  "--losses", "cross_entropy/labels"])

@@ -20,10 +20,12 @@ import pytest
 import torch
 
 import kernels
-from perfutils.measure import host_cost, providers, schema, studies, vocab_sweep
+from perfutils.measure import host_cost, providers
+from perfutils.data import schema
+from perfutils.studies import cases as studies, vocab_sweep
 from perfutils.measure.measurer import GpuMeasurer, TimingBackend
-from perfutils.measure.records import load_metadata, load_records
-from perfutils.measure.store import ResultStore
+from perfutils.data.records import load_metadata, load_records
+from perfutils.data.store import ResultStore
 from perfutils.measure.sweep_config import load_config
 from perfutils.measure.timing import BenchResult
 
@@ -555,7 +557,7 @@ def test_notebook_09_replays_recorded_data(tmp_path):
 
 def test_public_call_table_from_a_small_record(tmp_path):
     """Ratios are the worst over the losses of a cell; a sync in the first row a process recorded is named so."""
-    from perfutils.measure.store import write_table
+    from perfutils.data.store import write_table
     from perfutils.plots import summary
 
     rows = []
@@ -567,7 +569,7 @@ def test_public_call_table_from_a_small_record(tmp_path):
                              syncs_per_call=syncs if (n, k) == (0, 0) else 0,
                              timestamp_utc=f"2026-11-23T10:00:{2 * n + k:02d}Z", study="public_call",
                              gpu_name="NVIDIA H100 80GB HBM3", config_key=f"{variant};{loss}"))
-    from perfutils.measure.schema import COLUMNS
+    from perfutils.data.schema import COLUMNS
 
     frame = pd.DataFrame(rows)
     for column in COLUMNS:  # the schema's other columns, empty
@@ -618,7 +620,7 @@ def test_forget_project_rows_keeps_the_whole_file_and_says_what_it_took_out(tmp_
 
     import pandas as pd
 
-    from perfutils.measure.vocab_sweep import forget_project_rows
+    from perfutils.studies.vocab_sweep import forget_project_rows
 
     path = tmp_path / "vocab_sweep.csv"
     rows = [{"variant": v, "tokens": t, "dtype": "bf16", "vocab": 32000} for v in ("public", "plan", "public_autograd",
@@ -642,7 +644,7 @@ def test_forget_project_rows_of_one_loss(tmp_path):
 
     import pandas as pd
 
-    from perfutils.measure.vocab_sweep import forget_project_rows
+    from perfutils.studies.vocab_sweep import forget_project_rows
 
     path = tmp_path / "vocab_sweep.csv"
     rows = [{"loss": loss, "target_format": fmt, "variant": v, "tokens": 4096, "dtype": "bf16", "vocab": 32000}

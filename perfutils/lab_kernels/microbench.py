@@ -12,7 +12,7 @@ exp2_kernel        four independent ``exp2`` chains per element (MUFU.EX2 throug
 Each kernel has a ``launch_*`` helper that checks its arguments; they work on GPU tensors, and on CPU
 tensors under ``TRITON_INTERPRET=1``, which is how the tests check every kernel computes what it claims
 (a benchmark that silently does less work reports a fake ceiling). Timed by
-:mod:`perfutils.measure.ceilings`, turned into roofs by :mod:`perfutils.model.roofline`.
+:mod:`perfutils.studies.ceilings`, turned into roofs by :mod:`perfutils.model.roofline`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from .schema import error_text
+from ..data.schema import error_text
 from .sweep_config import DTYPE_BYTES, IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs, torch_dtype
 
 __all__ = ["GpuMeasurer", "TimingBackend", "read_copy_gbps", "kernels_reference_rows", "print_now"]
@@ -62,13 +62,13 @@ class TimingBackend:
         return cls(lambda fn, **_: (fn(), BenchResult(1.0, 1.0, 1.0))[1], lambda fn: (fn(), 0.0), None)
 
 
-_COPY_CEILINGS = ("dram_copy_torch", "dram_copy_triton")  # perfutils.measure.ceilings rows, preferred first
+_COPY_CEILINGS = ("dram_copy_torch", "dram_copy_triton")  # perfutils.studies.ceilings rows, preferred first
 
 
 def read_copy_gbps(path: str | os.PathLike, gpu_name: str | None = None) -> float:
     """Copy bandwidth (GB/s) from a ceilings file.
 
-    Either the CSV that ``perfutils.measure.ceilings.write_ceilings`` writes (row ``dram_copy_torch``,
+    Either the CSV that ``perfutils.studies.ceilings.write_ceilings`` writes (row ``dram_copy_torch``,
     else ``dram_copy_triton``, column ``value`` in GB/s; it must be from ``gpu_name`` when both
     are known), or a JSON/YAML mapping with a top-level ``copy_gbps``.
     """

@@ -2,7 +2,7 @@
 
 :func:`kernel_table` turns ``prof.key_averages()`` into one row per GPU kernel (memsets and copies marked),
 per step; :func:`short_kernel_name` makes CUDA's templated names readable. Used by notebook 08's step
-profile (:mod:`perfutils.measure.profiling`) and to count the kernels a call launches
+profile (:mod:`perfutils.studies.profiling`) and to count the kernels a call launches
 (:class:`perfutils.measure.session.CudaBackend`).
 """
 

@@ -9,7 +9,7 @@
   (``F.cross_entropy``, ``F.kl_div``) and get the gradient from autograd, as a training script would;
   ``liger`` (Liger-Kernel's fused cross-entropy) and ``quack`` (quack-kernels' ``cross_entropy``) take labels only
   and are measured when their package is installed; ``fast_llm`` runs Fast-LLM's kernels from a checkout
-  (:mod:`perfutils.measure.fast_llm`); ``case497.<step>`` are the case study's ablation kernels.
+  (:mod:`perfutils.peers.fast_llm`); ``case497.<step>`` are the case study's ablation kernels.
 
 Peers' plans have no Triton launches the harness can read, so the per-kernel columns stay empty for them.
 :func:`unavailable` says why a provider cannot run here, :func:`supports` which losses it computes.
@@ -26,7 +26,7 @@ LABELS_ONLY = ("liger", "quack")  # fused cross-entropy from labels: no target d
 KERNEL_ONLY = ("plan",)  # timed without the public entry points' host work
 # Variants whose prepare lives in its own module, by name prefix: Fast-LLM's kernels run from a checkout
 # ("fast_llm", "fast_llm_<commit>") and the case study's ablation kernels ("case497.<step>").
-PROVIDER_MODULES = {"fast_llm": "perfutils.measure.fast_llm", "case497.": "perfutils.lab_kernels.case_study.ablation"}
+PROVIDER_MODULES = {"fast_llm": "perfutils.peers.fast_llm", "case497.": "perfutils.lab_kernels.case_study.ablation"}
 # Python packages that the optional peers come from, and their distributions' names (for the version).
 PACKAGES = {"liger": "liger_kernel", "quack": "quack.cross_entropy"}
 DISTRIBUTIONS = {"liger": "liger-kernel", "quack": "quack-kernels"}
@@ -84,7 +84,7 @@ def unavailable(variant: str) -> str | None:
     if variant in PACKAGES and not _importable(PACKAGES[variant]):
         return f"{PACKAGES[variant].split('.')[0]} is not importable here"
     if str(variant).startswith("fast_llm"):
-        from . import fast_llm
+        from ..peers import fast_llm
 
         try:
             fast_llm.load(fast_llm.find_checkout(variant))
@@ -102,7 +102,7 @@ def peer_source(variant: str) -> dict:
     import importlib.metadata
     from pathlib import Path
 
-    from .fast_llm import COMMIT_FILE, checkout_commit
+    from ..peers.fast_llm import COMMIT_FILE, checkout_commit
 
     package = importlib.import_module(PACKAGES[variant].split(".")[0])
     folder = Path(package.__file__).resolve().parent
@@ -127,7 +127,7 @@ def supports(variant: str, loss: str, target_format: str) -> bool:
     if variant in LABELS_ONLY:
         return (loss, target_format) == ("cross_entropy", "labels")
     if str(variant).startswith("fast_llm"):
-        from . import fast_llm
+        from ..peers import fast_llm
 
         try:
             return fast_llm.load(fast_llm.find_checkout(variant)).supports(loss, target_format)

@@ -1,11 +1,11 @@
 """Recording a hand-written study on the GPU: the measurement back end and the session that writes its rows.
 
-The notebooks' own studies (06 and 07: :mod:`perfutils.measure.teaching`; 08: :mod:`perfutils.measure.profiling`)
+The notebooks' own studies (06 and 07: :mod:`perfutils.studies.teaching`; 08: :mod:`perfutils.studies.profiling`)
 are lists of configurations measured one by one rather than a sweep grid. They share two pieces:
 
 * :class:`CudaBackend` — the GPU side: do_bench timing, first-call (compile) time, peak memory, a host-loop time
   per call, the kernels one call launches (torch.profiler). Tests substitute a fake with the same methods.
-* :class:`Session` — one study's data file (:class:`~perfutils.measure.store.ResultStore`): what is already
+* :class:`Session` — one study's data file (:class:`~perfutils.data.store.ResultStore`): what is already
   recorded (resume), the copy bandwidth, one row per configuration, one progress line each.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .metadata import collect_metadata
+from ..data.metadata import collect_metadata
 from .profiler import kernel_table
-from .schema import config_key, data_path, error_text
-from .store import ResultStore
+from ..data.schema import config_key, data_path, error_text
+from ..data.store import ResultStore
 from .timing import BenchResult, bench, copy_bandwidth_gbps, first_call_ms, peak_memory_above
 
 __all__ = ["CudaBackend", "Session"]

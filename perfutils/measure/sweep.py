@@ -3,7 +3,7 @@
 :func:`run_sweep` validates the config (:mod:`perfutils.measure.sweep_config`), skips the configurations the
 study's file already holds, measures the others one by one (by default with a
 :class:`~perfutils.measure.measurer.GpuMeasurer`) and appends each row as soon as it is measured
-(:class:`~perfutils.measure.store.ResultStore`). A configuration that raises becomes an error row and the sweep
+(:class:`~perfutils.data.store.ResultStore`). A configuration that raises becomes an error row and the sweep
 goes on; a CUDA error that leaves the context unusable stops it (run it again to resume); so does Ctrl-C, with
 every row measured so far kept. ``python -m perfutils sweep --config <yaml>`` runs one from the command line.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from .measurer import GpuMeasurer, print_now
-from .metadata import collect_metadata
-from .schema import STATUSES, data_path, error_text
-from .store import ResultStore
+from ..data.metadata import collect_metadata
+from ..data.schema import STATUSES, data_path, error_text
+from ..data.store import ResultStore
 from .sweep_config import KnownNames, SweepPoint, known_names, load_config, points_and_skipped
 
 __all__ = ["run_sweep"]

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import CONFIG_COLUMNS, config_key
+from ..data.schema import CONFIG_COLUMNS, config_key
 
 __all__ = [
     "DTYPES",

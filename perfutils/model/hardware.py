@@ -9,7 +9,7 @@ Two different kinds of facts live here:
 * ``DeviceSpec`` — marketing/datasheet numbers for a GPU model (SM count, L2, DRAM bandwidth,
   FP32 rate, clocks). Sources are cited next to each entry. Datasheet bandwidth is a peak that a
   real copy never reaches; the project reports % of *measured* copy bandwidth (see
-  ``perfutils.measure.ceilings``) and uses these numbers only as a fallback and for context.
+  ``perfutils.studies.ceilings``) and uses these numbers only as a fallback and for context.
 
 * :func:`check_num_warps` — the warps a block may have (a power of two, at most 1024 threads).
 """

@@ -51,7 +51,7 @@ def compile_offline(fn: Any, args: dict[str, Any], constexprs: dict[str, Any] | 
 
     ``in_process=True`` compiles ``fn`` as this process holds it instead, for a kernel the worker cannot import
     the same way (a peer's checkout loaded from a folder that is not on ``sys.path``, module globals set by the
-    caller: :mod:`perfutils.measure.fast_llm`). ``fn`` must then be a JITFunction and this process must not have
+    caller: :mod:`perfutils.peers.fast_llm`). ``fn`` must then be a JITFunction and this process must not have
     run kernels under ``TRITON_INTERPRET=1`` (see :mod:`perfutils.model.compile_worker` for why).
     """
     check_num_warps(num_warps)

@@ -17,7 +17,7 @@ import time
 
 import pandas as pd
 
-from ..measure.schema import error_text
+from ..data.schema import error_text
 from .cubin import sass_instruction_mix
 from .occupancy import occupancy_of_counts
 from .offline_compile import compile_launch, compile_offline

@@ -49,7 +49,7 @@ def _check_non_negative(name: str, value) -> float:
 
 @dataclass(frozen=True)
 class Ceilings:
-    """Peak rates of one GPU, either measured (``perfutils.measure.ceilings``) or from the datasheet."""
+    """Peak rates of one GPU, either measured (``perfutils.studies.ceilings``) or from the datasheet."""
 
     dram_gbps: float  # copy bandwidth: (bytes read + bytes written) / s / 1e9
     dram_read_gbps: float | None = None  # read-only streaming bandwidth
@@ -81,7 +81,7 @@ def ceilings_from_datasheet(spec: DeviceSpec | str) -> Ceilings:
                     gpu=spec.name)
 
 
-# ceiling name in the CSV of perfutils.measure.ceilings -> (Ceilings field, expected unit)
+# ceiling name in the CSV of perfutils.studies.ceilings -> (Ceilings field, expected unit)
 _RECORD_FIELDS = {
     "dram_copy_torch": ("dram_gbps", "GB/s"),
     "dram_copy_triton": ("dram_gbps", "GB/s"),
@@ -112,7 +112,7 @@ def _gpu_name_of(df: pd.DataFrame, path: Path | None) -> str:
 
 
 def ceilings_from_records(df_or_path, gpu: str | None = None) -> Ceilings:
-    """Measured ceilings from the table ``perfutils.measure.ceilings.measure_ceilings`` returns/writes.
+    """Measured ceilings from the table ``perfutils.studies.ceilings.measure_ceilings`` returns/writes.
 
     Several rows of one ceiling (repeated runs) keep the best value: a ceiling is the best rate
     the GPU was seen to reach. The copy ceiling is the better of the torch and Triton copies.

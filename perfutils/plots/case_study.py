@@ -1,6 +1,6 @@
 """Tables and figures of the #497 case study (notebook 02), each a function of the recorded frames.
 
-The frames are those :mod:`perfutils.measure.case_497` writes: ``case_497`` (the real Fast-LLM kernels, torch.compile
+The frames are those :mod:`perfutils.studies.case_497` writes: ``case_497`` (the real Fast-LLM kernels, torch.compile
 and the project's variants), ``case_497_ablation`` (the walk from the #497 kernel to ``kernels.fused``),
 ``case_497_registers_offline`` (offline sm_90 compiles: registers, stack, static spill traffic) and ``case_497_ncu``
 (Nsight Compute). Nothing here measures or compiles; everything replays on a CPU.
@@ -30,7 +30,7 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from ..measure.case_497 import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
+from ..data.schema import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
 from .figures import check_frame, label_points
 
@@ -357,7 +357,7 @@ _NCU_ROWS = {
 
 
 def ncu_side_by_side(ncu: pd.DataFrame, *, minimal_bytes: float, labels: Sequence[str] | None = None) -> pd.DataFrame:
-    """Nsight Compute's summary (:func:`perfutils.measure.case_497.ncu_summary`) as one column per profiled kernel
+    """Nsight Compute's summary (:func:`perfutils.studies.case_497.ncu_summary`) as one column per profiled kernel
     and one row per measure (duration, DRAM throughput and bytes, bytes over the minimal, local-memory bytes, cache
     hit rates, occupancy, the top stall reasons)."""
     needed = ["label", "duration_us", "dram_throughput_pct", "dram_read_bytes", "dram_write_bytes",

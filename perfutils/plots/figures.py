@@ -11,7 +11,7 @@ import math
 import matplotlib
 import pandas as pd
 
-from ..measure.records import check_single_gpu
+from ..data.records import check_single_gpu
 
 matplotlib.rcParams["svg.hashsalt"] = "fused-loss-notebooks"  # stable element ids in SVG
 

@@ -181,7 +181,7 @@ def explorer_what_if(gpu_dir, *, loss: str, target_format: str, variant: str, vo
                      num_warps: int, tokens: int) -> dict:
     """The ``what_if`` of :func:`explorer_text` for a kernel of the block-size sweep recorded in ``gpu_dir``: the GPU's
     ceilings (for the model) and the kernel with its recorded spill bytes (the knobs change the other counts)."""
-    from ..measure.records import load_records
+    from ..data.records import load_records
     from ..model.predict import gpu_from_folder
 
     sweep = load_records(Path(gpu_dir) / "blocksize_sweep.csv")

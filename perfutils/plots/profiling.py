@@ -1,6 +1,6 @@
 """Tables and figures of notebook 08's recorded profiles: where the step's time goes, ncu vs perfutils.
 
-Functions of the DataFrames :mod:`perfutils.measure.profiling` and :mod:`perfutils.measure.ncu` record:
+Functions of the DataFrames :mod:`perfutils.studies.profiling` and :mod:`perfutils.studies.profile_ncu` record:
 :func:`step_summary`, :func:`kernel_summary` and :func:`ncu_comparison` are tables; :func:`plot_step_breakdown`
 (device time per step split into kernels) and :func:`plot_ncu_occupancy` (predicted vs measured occupancy) figures.
 """

@@ -1,7 +1,7 @@
 """Roofline figures for the loss kernels, and the tables behind them.
 
 Wraps :mod:`perfutils.model.roofline` (ceilings, ``loss_cost``, ``place``) for DataFrames of measured
-rows (:mod:`perfutils.measure.schema`): pick the best configuration per group, attach the algorithmic
+rows (:mod:`perfutils.data.schema`): pick the best configuration per group, attach the algorithmic
 cost of each row, place it under the roofs, and draw
 
 * :func:`plot_roofline_points` - every (loss, variant) on one log-log roofline, with the DRAM/L2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..measure.records import load_metadata, load_records
+from ..data.records import load_metadata, load_records
 from .sweeps import best_per_group
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)

@@ -12,7 +12,7 @@ import seaborn as sns
 
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
 from .figures import label_points
-from ..measure.records import check_single_gpu
+from ..data.records import check_single_gpu
 
 
 def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:

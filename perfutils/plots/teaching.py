@@ -1,6 +1,6 @@
 """Tables and figures of notebooks 06 (Triton basics) and 07 (fusion), from the recorded DataFrames.
 
-Functions of the frames :mod:`perfutils.measure.teaching` records (``triton_basics.csv``, ``fusion.csv``): the
+Functions of the frames :mod:`perfutils.studies.teaching` records (``triton_basics.csv``, ``fusion.csv``): the
 summaries the notebooks print (numbers come from the data, never from the prose) and the figures (DataFrame in,
 matplotlib figure out), each captioned with the GPU and the date, with the copy bandwidth as a reference line.
 """

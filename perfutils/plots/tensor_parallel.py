@@ -145,7 +145,7 @@ def communication_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def reading(model: pd.DataFrame, df: pd.DataFrame) -> list[str]:
-    """What the byte model (``perfutils.measure.tensor_parallel.bytes_model``) and the recorded steps show, one Markdown
+    """What the byte model (``perfutils.studies.tensor_parallel.bytes_model``) and the recorded steps show, one Markdown
     bullet each: each design's bytes per rank over the minimum and the step ratio to tp=1 those bytes alone would
     give, beside the measured ratios; the exchange's share of a rank's DRAM bytes; the symmetric design's chunks."""
     lines = []
@@ -181,7 +181,7 @@ def reading(model: pd.DataFrame, df: pd.DataFrame) -> list[str]:
 def print_summary(path) -> None:
     """Print a recorded study's step times against tp=1 and issue 16's acceptance per shape (symmetric design): what
     the collection script shows after a run."""
-    from ..measure.records import load_records
+    from ..data.records import load_records
 
     df = load_records(path)
     with pd.option_context("display.width", 200, "display.max_columns", 20):

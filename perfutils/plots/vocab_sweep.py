@@ -1,6 +1,6 @@
 """Figures and tables of notebook 09 (what users call, over the vocabularies models ship with).
 
-Functions of the frame :mod:`perfutils.measure.vocab_sweep` records (``vocab_sweep.csv``): :func:`plot_pct_of_copy`
+Functions of the frame :mod:`perfutils.studies.vocab_sweep` records (``vocab_sweep.csv``): :func:`plot_pct_of_copy`
 (% of copy bandwidth against the vocabulary, one panel per loss and token count, the project's public call, its
 autograd form and its kernel-only plan beside the peers: a cliff shows as a drop of one line),
 :func:`plot_host_cost` (host microseconds per call and synchronizations per call, per provider) and the tables

@@ -12,5 +12,5 @@ its host wrapper, its PyTorch reference and the traffic the notebook counts:
   int32 one (what the index arithmetic costs in registers and instructions);
 * ``checks``: the argument checks they share.
 
-Measured by :mod:`perfutils.measure.teaching`, drawn by :mod:`perfutils.plots.teaching`.
+Measured by :mod:`perfutils.studies.teaching`, drawn by :mod:`perfutils.plots.teaching`.
 """

@@ -11,7 +11,7 @@ Guarantees (the reasons this module exists rather than ``DataFrame.to_csv``):
 * **No silent mixing.** Appending rows from another GPU, or to a file with another schema, is
   refused with a message naming both, unless ``allow_mixed=True``.
 
-Reading is :mod:`perfutils.measure.records`; the columns and keys are :mod:`perfutils.measure.schema`.
+Reading is :mod:`perfutils.data.records`; the columns and keys are :mod:`perfutils.data.schema`.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class ResultStore:
 
     Args:
         path_csv: the CSV path (the sidecar is the same path with ``.json``).
-        metadata: this session's metadata (``perfutils.measure.metadata.collect_metadata``); written to the
+        metadata: this session's metadata (``perfutils.data.metadata.collect_metadata``); written to the
             sidecar on the first append. ``None``: collected when first needed.
         allow_mixed: accept rows whose GPU or schema differs from what the file already holds.
         overwrite: start a new file; existing CSV/JSON are renamed to ``<stem>.replaced-<UTC>.*``

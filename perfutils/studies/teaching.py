@@ -3,7 +3,7 @@
 Each study writes ``<out>/<gpu-slug>/<study>.csv`` + ``.json`` through a :class:`~perfutils.measure.session.Session`
 (one row per configuration, resumable, never overwriting unless ``overwrite=True``)::
 
-    python -m perfutils.measure.teaching --out data/   # triton_basics.csv and fusion.csv, < 3 min on an H100
+    python -m perfutils teaching --out data/   # triton_basics.csv and fusion.csv, < 3 min on an H100
 
 Timing is ``triton.testing.do_bench`` (median, p20, p80; L2 flushed before each call) through
 :func:`perfutils.measure.timing.bench`; the first call (JIT compilation, autotuning) is timed separately and
@@ -33,21 +33,21 @@ from perfutils.lab_kernels.teaching.vector_add import (ADD_TILE_CONFIGS, add_ker
                                                        launch_add_autotuned, mask_stats)
 
 from ..model.compiled_kernel import kernel_stats
-from . import records
-from .schema import config_key, error_text
-from .session import CudaBackend, Session
-from .timing import rel_err
+from ..data import records
+from ..data.schema import config_key, error_text
+from ..measure.session import CudaBackend, Session
+from ..measure.timing import rel_err
 
 __all__ = ["BASICS_STUDY", "FUSION_STUDY", "PRODUCER_COMMAND", "measure_basics", "measure_fusion", "run_all_gpu",
            "load_study", "main"]
 
 BASICS_STUDY = "triton_basics"
 FUSION_STUDY = "fusion"
-PRODUCER_COMMAND = "python -m perfutils.measure.teaching --out data/"  # run on the GPU whose data is wanted
+PRODUCER_COMMAND = "python -m perfutils teaching --out data/"  # run on the GPU whose data is wanted
 
 
 def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str = PRODUCER_COMMAND) -> pd.DataFrame:
-    """Load ``<data_dir>/<slug of gpu>/<study>.csv`` (:func:`perfutils.measure.records.load_study`); a missing file's
+    """Load ``<data_dir>/<slug of gpu>/<study>.csv`` (:func:`perfutils.data.records.load_study`); a missing file's
     message names ``producer``, by default this module's command."""
     return records.load_study(data_dir, gpu, study, producer)
 
@@ -421,7 +421,7 @@ def run_all_gpu(out_dir: str | os.PathLike = "data", *, overwrite: bool = False,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m perfutils.measure.teaching",
+        prog="python -m perfutils teaching",
         description="Measure notebooks 06/07's kernels on this GPU: <out>/<gpu-slug>/triton_basics.csv and fusion.csv.",
     )
     parser.add_argument("--out", default="data", help="data directory (default: data)")
@@ -436,6 +436,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_all_gpu(args.out, overwrite=args.overwrite, only=tuple(args.only))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,12 +8,11 @@ waits. This study times, on the GPU machine's own CPU, the pieces a call can be 
 project's public calls on an 8 x 32000 problem of each loss. Each piece: wall-clock microseconds per call, the
 median of 5 batches of N calls (no synchronization inside a batch) after 0.2 s of warm-up calls. Written to ``<out>/<gpu>/host_overhead.csv``.
 
-    python -m perfutils.measure.host_overhead --out data
+    python -m perfutils host-overhead --out data
 """
 
 import argparse
 import statistics
-import sys
 from typing import Callable
 
 _KEEP_ALIVE: list = []
@@ -26,7 +25,7 @@ def wall_us(fn: Callable[[], object], calls: int = 2000, batches: int = 5) -> fl
     (:func:`perfutils.measure.host_cost.time_host_calls`: until the last call returns; the sync after it is not timed)."""
     import torch
 
-    from .host_cost import time_host_calls
+    from ..measure.host_cost import time_host_calls
 
     return statistics.median(time_host_calls(fn, torch.cuda.synchronize, calls=calls, repeats=batches,
                                              warmup=min(calls, 200), warmup_s=0.2))
@@ -240,9 +239,9 @@ def measure(out: str = "data", overwrite: bool = False):
     import pandas as pd
     import torch
 
-    from .metadata import collect_metadata
-    from .schema import data_path
-    from .store import write_table
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import write_table
 
     path = data_path(out, torch.cuda.get_device_name(), "host_overhead")
     if path.exists() and not overwrite:
@@ -264,7 +263,7 @@ def trace(batches: int = 40, calls: int = 300) -> None:
     import torch
 
     import kernels
-    from .host_cost import trace_host_batches
+    from ..measure.host_cost import trace_host_batches
 
     x = torch.randn(8, 32000, device="cuda").bfloat16()
     t = torch.randn(8, 32000, device="cuda").bfloat16()
@@ -279,7 +278,7 @@ def trace(batches: int = 40, calls: int = 300) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.host_overhead", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils host-overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--trace", action="store_true", help="print per-batch host µs of the public calls; write nothing")
@@ -294,6 +293,3 @@ def main(argv=None) -> int:
         measure(args.out, args.overwrite)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Check ``perfutils.model.occupancy`` against the CUDA driver on the project's real kernels (GPU only).
 
-    python -m perfutils.measure.occupancy_check --out data
+    python -m perfutils occupancy-check --out data
 
 For every (loss, variant, block size, warps) of the recorded sweeps, compile the kernels of the plan
 (no timing), then compare blocks/SM from NVIDIA's algorithm (our port, fed with the compiled
@@ -10,7 +10,6 @@ kernel's registers and shared memory) with ``cuOccupancyMaxActiveBlocksPerMultip
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pandas as pd
 
@@ -52,9 +51,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from perfutils.measure import metadata, schema, store
+    from perfutils.data import metadata, schema, store
 
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.occupancy_check")
+    parser = argparse.ArgumentParser(prog="python -m perfutils occupancy-check")
     parser.add_argument("--out", default="data")
     args = parser.parse_args(argv)
     pairs = [("cross_entropy", "labels"), ("cross_entropy", "logits"), ("reverse_kl", "logits")]
@@ -70,6 +69,3 @@ def main(argv=None) -> int:
     print(checked[~checked["match"].astype(bool)].to_string() if not checked["match"].all() else "all match")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
 """Reading data files: strict parsing and validation, the frames every plot and notebook takes.
 
 :func:`load_records` never returns an empty or partial frame for a broken file: it raises
-:class:`~perfutils.measure.schema.DataFileError` naming the file and the problem (or FileNotFoundError saying how
+:class:`~perfutils.data.schema.DataFileError` naming the file and the problem (or FileNotFoundError saying how
 to produce it), and attaches the JSON sidecar as ``df.attrs["metadata"]``. :func:`check_single_gpu` keeps two
 GPUs' numbers off one axis; :func:`load_study` is what a notebook replays. The strict CSV and JSON readers
-(:func:`read_csv_table`, :func:`read_json`) are also what :mod:`perfutils.measure.store` checks a file with
+(:func:`read_csv_table`, :func:`read_json`) are also what :mod:`perfutils.data.store` checks a file with
 before it appends.
 """
 

@@ -2,7 +2,7 @@
 
 Two measurements, both GPU only, both recorded so that the notebook replays them on a CPU::
 
-    python -m perfutils.measure.profiling --out data/   # profile_kernels.csv (+ profile_ncu.csv if ncu works), < 3 min
+    python -m perfutils profiling --out data/   # profile_kernels.csv (+ profile_ncu.csv if ncu works), < 3 min
 
 * :func:`measure_profile`: one loss forward + backward (cross-entropy with labels, bf16 logits,
   4096 x 32768 by default) per variant of ``kernels.entropy_loss_forward_backward`` and for PyTorch
@@ -10,7 +10,7 @@ Two measurements, both GPU only, both recorded so that the notebook replays them
   (do_bench time of the whole step, GB/s of the 4 B/element floor, correctness against float64,
   peak memory, the limiting launch's registers/occupancy) and one ``kernel`` row per GPU kernel
   from ``torch.profiler``'s ``key_averages()`` (calls and device time per step, share of the step).
-* :func:`perfutils.measure.ncu.measure_ncu`: the loss kernels under Nsight Compute, beside the occupancy
+* :func:`perfutils.studies.profile_ncu.measure_ncu`: the loss kernels under Nsight Compute, beside the occupancy
   perfutils predicts from the compiled kernel's registers and shared memory.
 
 The tables and figures of these files are in :mod:`perfutils.plots.profiling`.
@@ -30,17 +30,17 @@ import torch
 from ..model.roofline import loss_cost
 from .loss_step import (DEFAULT_TOKENS, DEFAULT_VOCAB, LOGIT_SCALE, TORCH_VARIANTS, key_part, launch_stats, loss_step,
                         make_inputs, step_config)
-from .ncu import measure_ncu
-from .profiler import kernel_table
-from .schema import config_key
-from .session import CudaBackend, Session
-from .sweep_config import TOLERANCE
-from .timing import rel_err
+from .profile_ncu import measure_ncu
+from ..measure.profiler import kernel_table
+from ..data.schema import config_key
+from ..measure.session import CudaBackend, Session
+from ..measure.sweep_config import TOLERANCE
+from ..measure.timing import rel_err
 
 __all__ = ["PROFILE_STUDY", "PRODUCER_COMMAND", "DEFAULT_VARIANTS", "measure_profile", "run_all_gpu", "main"]
 
 PROFILE_STUDY = "profile_kernels"
-PRODUCER_COMMAND = "python -m perfutils.measure.profiling --out data/"
+PRODUCER_COMMAND = "python -m perfutils profiling --out data/"
 DEFAULT_VARIANTS = ("fused", "two_pass", "split_row", "auto")
 
 
@@ -165,7 +165,7 @@ def run_all_gpu(out_dir: str | os.PathLike = "data", *, overwrite: bool = False,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m perfutils.measure.profiling",
+        prog="python -m perfutils profiling",
         description="Profile the loss step on this GPU: <out>/<gpu-slug>/profile_kernels.csv and profile_ncu.csv.",
     )
     parser.add_argument("--out", default="data", help="data directory (default: data)")
@@ -179,6 +179,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_all_gpu(args.out, overwrite=args.overwrite, ncu_timeout_s=args.ncu_timeout)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .metadata import commit_hash
+from ..data.metadata import commit_hash
 
 __all__ = [
     "ENV_VAR",
@@ -348,7 +348,7 @@ class FastLLMLaunch:
         In this process (``in_process=True``): the compile worker could not import the kernel (its checkout is not
         on ``sys.path``, and a worker without a GPU would see ``tl_arange = None``). So this process must not
         have run kernels under ``TRITON_INTERPRET=1``: run offline compiles in a process of their own
-        (``python -m perfutils.measure.case_497 offline``)."""
+        (``python -m perfutils case-497 offline``)."""
         from ..model.offline_compile import compile_offline
         from ..model.specialization import DEFAULT_TARGET
 
@@ -423,7 +423,7 @@ def capture_launches(fast_llm: FastLLM, *, loss: str, target_format: str, tokens
     """The launches Fast-LLM's wrapper makes for a shape, on meta tensors: nothing is allocated or launched."""
     import torch
 
-    from .sweep_config import torch_dtype
+    from ..measure.sweep_config import torch_dtype
 
     logits = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     if target_format == "labels":

@@ -30,7 +30,7 @@ from perfutils.lab_kernels.microbench import (FMA_CHAINS, check_positive_int, la
                                               launch_l2_read, launch_read_sum, read_sum_programs)
 
 from ..model.occupancy import occupancy_of_compiled
-from .store import write_table
+from ..data.store import write_table
 
 __all__ = ["COLUMNS", "measure_ceilings", "write_ceilings", "measure_copy_torch", "measure_copy_triton", "measure_read",
            "measure_l2_read", "measure_fp32_fma", "measure_exp2"]
@@ -146,42 +146,38 @@ def measure_l2_read(device, *, nbytes: int, passes: int, warmup_ms: float, rep_m
                  "num_warps": num_warps, "programs": programs}, gpu)
 
 
-def measure_fp32_fma(device, *, iters: int, warmup_ms: float, rep_ms: float, gpu: str,
-                     sm_count: int, block_size: int = 1024, unroll: int = 8,
-                     num_warps: int = 4) -> dict:
+def _measure_chains(name: str, unit: str, launch, ops_per_step: int, device, *, iters: int, warmup_ms: float,
+                    rep_ms: float, gpu: str, sm_count: int, block_size: int, unroll: int, num_warps: int,
+                    **constants) -> dict:
+    """FMA_CHAINS dependent chains per element of ``launch`` (one program per resident slot), timed."""
     x = torch.rand(sm_count * block_size, device=device)
     out = torch.empty_like(x)
-    compiled = launch_fma(x, out, iters=1, mul=0.999, add=0.001, block_size=block_size,
-                          unroll=unroll, num_warps=num_warps)
+    compiled = launch(x, out, iters=1, block_size=block_size, unroll=unroll, num_warps=num_warps, **constants)
     programs = _resident_programs(compiled, sm_count, fallback_per_sm=8)
     x = torch.rand(programs * block_size, device=device)
     out = torch.empty_like(x)
-    # mul < 1 and a small add keep every chain finite and away from denormals.
-    timing = _bench(lambda: launch_fma(x, out, iters=iters, mul=0.999, add=0.001,
-                                       block_size=block_size, unroll=unroll,
-                                       num_warps=num_warps), warmup_ms, rep_ms)
-    flops = 2 * FMA_CHAINS * unroll * iters * x.numel()
-    return _row("fp32_fma", "TFLOP/s", timing, 2 * x.numel() * 4, flops,
+    timing = _bench(lambda: launch(x, out, iters=iters, block_size=block_size, unroll=unroll, num_warps=num_warps,
+                                   **constants), warmup_ms, rep_ms)
+    ops = ops_per_step * FMA_CHAINS * unroll * iters * x.numel()
+    return _row(name, unit, timing, 2 * x.numel() * 4, ops,
                 {"iters": iters, "unroll": unroll, "chains": FMA_CHAINS, "block_size": block_size,
                  "num_warps": num_warps, "programs": programs}, gpu)
+
+
+def measure_fp32_fma(device, *, iters: int, warmup_ms: float, rep_ms: float, gpu: str,
+                     sm_count: int, block_size: int = 1024, unroll: int = 8,
+                     num_warps: int = 4) -> dict:
+    # mul < 1 and a small add keep every chain finite and away from denormals; an FMA is two flops.
+    return _measure_chains("fp32_fma", "TFLOP/s", launch_fma, 2, device, iters=iters, warmup_ms=warmup_ms,
+                           rep_ms=rep_ms, gpu=gpu, sm_count=sm_count, block_size=block_size, unroll=unroll,
+                           num_warps=num_warps, mul=0.999, add=0.001)
 
 
 def measure_exp2(device, *, iters: int, warmup_ms: float, rep_ms: float, gpu: str,
                  sm_count: int, block_size: int = 1024, unroll: int = 8,
                  num_warps: int = 4) -> dict:
-    x = torch.rand(sm_count * block_size, device=device)
-    out = torch.empty_like(x)
-    compiled = launch_exp2(x, out, iters=1, block_size=block_size, unroll=unroll,
-                           num_warps=num_warps)
-    programs = _resident_programs(compiled, sm_count, fallback_per_sm=8)
-    x = torch.rand(programs * block_size, device=device)
-    out = torch.empty_like(x)
-    timing = _bench(lambda: launch_exp2(x, out, iters=iters, block_size=block_size,
-                                        unroll=unroll, num_warps=num_warps), warmup_ms, rep_ms)
-    ops = FMA_CHAINS * unroll * iters * x.numel()
-    return _row("exp2", "Tops/s", timing, 2 * x.numel() * 4, ops,
-                {"iters": iters, "unroll": unroll, "chains": FMA_CHAINS, "block_size": block_size,
-                 "num_warps": num_warps, "programs": programs}, gpu)
+    return _measure_chains("exp2", "Tops/s", launch_exp2, 1, device, iters=iters, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                           gpu=gpu, sm_count=sm_count, block_size=block_size, unroll=unroll, num_warps=num_warps)
 
 
 def measure_ceilings(device="cuda", *, copy_bytes: int = 1 << 30, l2_bytes: int | None = None,

@@ -4,7 +4,7 @@ Layout: ``data/<gpu-slug>/<study>.csv`` (one row per measured configuration) wit
 (the metadata sidecar) beside it; :func:`data_path` builds it from the GPU's name (:func:`gpu_slug`). Every study
 records :data:`COLUMNS` (schema version :data:`SCHEMA_VERSION`); :func:`config_key` identifies a configuration
 (sweeps resume by it); :func:`error_text` and :func:`utc_now` write the ``error`` and ``timestamp_utc`` cells.
-Files are written by :mod:`perfutils.measure.store` and read by :mod:`perfutils.measure.records`.
+Files are written by :mod:`perfutils.data.store` and read by :mod:`perfutils.data.records`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ __all__ = [
     "config_key",
     "gpu_slug",
     "data_path",
+    "ISSUE_COMMIT",
 ]
+
+# Fast-LLM at the parent of its fix 46ffbdd1, the kernel of issue #497: its rows' variant is fast_llm_27f4747e.
+ISSUE_COMMIT = "27f4747e"
 
 # Bump when a required column is added, removed or changes meaning.
 SCHEMA_VERSION = 1

@@ -7,21 +7,20 @@ configuration for the shape (the GPU's ``tuning.csv``; nearest recorded vocab at
 ``split_row`` and ``auto`` with no configuration take theirs from the same table. Every case runs through the sweep harness, so its rows have the same
 schema, checks and metadata as the block-size sweep (and resume the same way after a kill).
 
-    python -m perfutils.measure.studies case_study --out data
-    python -m perfutils.measure.studies benchmark --out data
+    python -m perfutils studies case_study --out data
+    python -m perfutils studies benchmark --out data
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from typing import Any, Iterable
 
-from . import providers
-from .measurer import GpuMeasurer
-from .sweep import run_sweep
-from .sweep_config import KnownNames, known_names, load_config
+from ..measure import providers
+from ..measure.measurer import GpuMeasurer
+from ..measure.sweep import run_sweep
+from ..measure.sweep_config import KnownNames, known_names, load_config
 
 # Fast-LLM issue #497: the fused kernel with a 32K tile cap (its default), Option A caps, Option B.
 CASE_STUDY_CASES = [
@@ -72,7 +71,7 @@ def _known_with_providers() -> KnownNames:
 def recorded_ceilings(out: str, gpu_name: str) -> str | None:
     """The ceilings file recorded for this GPU under ``out`` (its copy bandwidth makes % of copy comparable across
     studies), or None: then a study measures the copy bandwidth when it starts."""
-    from .schema import data_path
+    from ..data.schema import data_path
 
     path = data_path(out, gpu_name, "ceilings")
     return str(path) if path.exists() else None
@@ -108,9 +107,9 @@ def run_cases(
     ``keep(tokens, vocab, loss, target_format, variant) -> bool``: which configurations of the product to run."""
     import time
 
-    from .metadata import collect_metadata
-    from .schema import data_path
-    from .store import ResultStore
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import ResultStore
 
     known = _known_with_providers()
     cases = list(cases)
@@ -154,7 +153,7 @@ def run_cases(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.studies", description="Run a case study on the GPU.")
+    parser = argparse.ArgumentParser(prog="python -m perfutils studies", description="Run a case study on the GPU.")
     parser.add_argument("study", choices=["case_study", "benchmark"])
     parser.add_argument("--out", default="data")
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
@@ -172,6 +171,3 @@ def main(argv=None) -> int:
     run_cases(args.study, cases, losses=losses, vocabs=vocabs, tokens=args.tokens, out=args.out)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

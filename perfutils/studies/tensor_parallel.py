@@ -1,8 +1,8 @@
 """Vocab-parallel losses measured on the GPUs of one host: tp=2 against tp=1, recorded as ``tensor_parallel``.
 
-    python -m perfutils.measure.tensor_parallel --out data [--tokens 4096 16384] [--vocab 131072 151936 256000]
+    python -m perfutils tensor-parallel --out data [--tokens 4096 16384] [--vocab 131072 151936 256000]
         [--fast-llm PATH] [--budget-s 360]
-    python -m perfutils.measure.tensor_parallel --out data --gpu NAME --forget tp2-symmetric   # to measure it again
+    python -m perfutils tensor-parallel --out data --gpu NAME --forget tp2-symmetric   # to measure it again
 
 Spawns one process per GPU (NCCL over a localhost TCP store; NVLink multicast off: ``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1`` are set here, for every child). For every
@@ -48,7 +48,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .fast_llm import checkout_commit
+from ..peers.fast_llm import checkout_commit
 
 NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STUDY = "tensor_parallel"
@@ -61,10 +61,6 @@ SAMPLED_ROWS = 16
 TOLERANCE = 1e-2  # bf16 gradient
 REFERENCE_CHUNK_ELEMENTS = 1 << 27  # rows per float64 reference chunk: this many elements
 SEED = 1234
-
-
-def producer_command() -> str:
-    return "python -m perfutils.measure.tensor_parallel --out data"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -175,7 +171,7 @@ def reference(inputs: dict, loss: str, target_format: str, rows) -> dict:
 
 def check(result_loss, result_grad, ref: dict, rows, columns: slice) -> dict:
     """Relative errors of a call's loss and sampled gradient rows (this rank's columns) against the reference."""
-    from .timing import rel_err
+    from ..measure.timing import rel_err
 
     loss_err = abs(float(result_loss) - ref["loss"]) / max(abs(ref["loss"]), 1e-30)
     grad_err = math.inf
@@ -278,7 +274,7 @@ def _status(errors: dict, extra_ok: bool = True) -> str:
 
 def bench_local(fn, device, quick: bool):
     """One GPU's timing of ``fn``: ``perfutils.measure.timing.bench`` (do_bench); on a CPU a few host-timed calls."""
-    from .timing import BenchResult, bench
+    from ..measure.timing import BenchResult, bench
 
     if device.type == "cuda" and not quick:
         return bench(fn)
@@ -298,7 +294,7 @@ def _measure_tp1(inputs, loss, target_format, ref, rows, copy_gbps, rank, quick)
     import kernels
     from kernels import vocab_parallel
 
-    from .schema import error_text
+    from ..data.schema import error_text
 
     tokens, vocab = inputs["logits"].shape
     target = inputs["labels"] if target_format == "labels" else inputs["target"]
@@ -326,7 +322,7 @@ def _measure_tp2(name, fn, config, counts, inputs_local, loss, target_format, re
     import torch
     import torch.distributed as dist
 
-    from .schema import error_text
+    from ..data.schema import error_text
 
     tokens = inputs_local["tokens"]
     vocab = inputs_local["vocab"]
@@ -389,10 +385,10 @@ def _run(rank, world_size, group, device, args) -> None:
     import torch
     import torch.distributed as dist
 
-    from .metadata import collect_metadata
-    from .schema import data_path
-    from .store import ResultStore
-    from .timing import copy_bandwidth_gbps
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import ResultStore
+    from ..measure.timing import copy_bandwidth_gbps
 
     began = time.monotonic()
     fast_llm, fast_llm_note = load_fast_llm(args["fast_llm"])
@@ -417,7 +413,7 @@ def _run(rank, world_size, group, device, args) -> None:
         done = [store.done_keys()]
     dist.broadcast_object_list(done, src=0, group=group)
     done_keys = done[0]
-    from .schema import config_key
+    from ..data.schema import config_key
 
     def pending(row: dict) -> bool:
         return config_key(row) not in done_keys
@@ -586,8 +582,8 @@ def main(argv=None) -> int:
     if options.forget:
         if not options.gpu:
             parser.error("--forget needs --gpu (whose recorded study)")
-        from .schema import data_path
-        from .store import forget_rows
+        from ..data.schema import data_path
+        from ..data.store import forget_rows
 
         forget_rows(data_path(options.out, options.gpu, STUDY), options.forget, options.tokens, vocabs=options.vocab,
                     losses=options.losses)
@@ -611,6 +607,3 @@ def main(argv=None) -> int:
     mp.spawn(_worker, args=(options.world_size, _free_port(), args), nprocs=options.world_size, join=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Build the tuning table behind ``variant="auto"`` from recorded sweeps.
 
-    python -m perfutils.measure.tuning --gpu-dir data/h100-sxm-80gb
+    python -m perfutils tuning --gpu-dir data/h100-sxm-80gb
 
 For each (loss, target_format, dtype, vocab) and each project variant, the fastest correct row over
 the given studies (every configuration measured) becomes an entry; ``fastest`` marks the variant that
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from .records import load_metadata, load_records
-from .store import write_table
+from ..data.records import load_metadata, load_records
+from ..data.store import write_table
 
 STUDIES = ("blocksize_sweep", "split_row_tuning", "split_row_unsplit_tuning", "benchmark")
 KEY = ["loss", "target_format", "dtype", "vocab"]
@@ -72,7 +71,7 @@ def write_tuning_table(gpu_dir: str | Path, studies=STUDIES, *, overwrite: bool 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.tuning", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils tuning", description=__doc__.splitlines()[0])
     parser.add_argument("--gpu-dir", required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing tuning.csv")
     args = parser.parse_args(argv)
@@ -80,6 +79,3 @@ def main(argv=None) -> int:
     print(pd.read_csv(path).to_string())
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

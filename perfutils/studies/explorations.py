@@ -1,7 +1,7 @@
 """Combine exploratory sweeps (one study per design, each run with its own planner options) into one
 data file with a ``design`` column, so a design that lost stays on record beside the one that won.
 
-    python -m perfutils.measure.explorations --out data/h100-sxm-80gb/split_row_register_caps.csv \\
+    python -m perfutils explorations --out data/h100-sxm-80gb/split_row_register_caps.csv \\
         --notes "..." cap64="labels CE, maxnreg 64"=/path/exp_lab64.csv ...
 
 Each input must be a sweep file written by ``perfutils.measure.sweep`` (validated by ``load_records``) and
@@ -12,13 +12,12 @@ and the description of each design.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from .records import load_metadata, load_records
-from .store import write_table
+from ..data.records import load_metadata, load_records
+from ..data.store import write_table
 
 
 def combine_designs(designs: dict[str, tuple[str, str | Path]], out: str | Path, notes: str, *,
@@ -44,7 +43,7 @@ def combine_designs(designs: dict[str, tuple[str, str | Path]], out: str | Path,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.explorations", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils explorations", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--notes", required=True)
     parser.add_argument("--overwrite", action="store_true")
@@ -60,6 +59,3 @@ def main(argv=None) -> int:
     print(combine_designs(designs, args.out, args.notes, overwrite=args.overwrite))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

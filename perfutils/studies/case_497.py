@@ -2,18 +2,18 @@
 
 The stages, each writing data the notebook reads (``data/<gpu-slug>/``):
 
-    python -m perfutils.measure.case_497 cases                    # list what each stage runs (no GPU, no Fast-LLM needed)
-    TRITON_INTERPRET=1 python -m perfutils.measure.case_497 dry-run --out /tmp/x   # CPU: every case, tiny shape, interpreter
-    python -m perfutils.measure.case_497 offline --out data       # CPU: offline sm_90 compiles -> case_497_registers_offline.csv
-    python -m perfutils.measure.case_497 spill-sass --out data    # CPU: logs/case_497_spill_sass_<date>.txt (SASS at the spills)
-    python -m perfutils.measure.case_497 measure --out data       # GPU: case_497.csv (Fast-LLM both commits, torch.compile, ours)
-    python -m perfutils.measure.case_497 ablation --out data      # GPU: case_497_ablation.csv (the walk #497 -> fused)
-    python -m perfutils.measure.case_497 ncu --out data           # GPU + Nsight Compute: logs/ncu_case_497_<date>.txt, case_497_ncu.csv
+    python -m perfutils case-497 cases                  # list what each stage runs (no GPU, no Fast-LLM needed)
+    TRITON_INTERPRET=1 python -m perfutils case-497 dry-run --out /tmp/x   # CPU: every case, tiny shape, interpreter
+    python -m perfutils case-497 offline --out data     # CPU: offline sm_90 compiles -> case_497_registers_offline.csv
+    python -m perfutils case-497 spill-sass --out data  # CPU: logs/case_497_spill_sass_<date>.txt (SASS at the spills)
+    python -m perfutils case-497 measure --out data     # GPU: case_497.csv (Fast-LLM both commits, torch.compile, ours)
+    python -m perfutils case-497 ablation --out data    # GPU: case_497_ablation.csv (the walk #497 -> fused)
+    python -m perfutils case-497 ncu --out data         # GPU + Nsight Compute: logs/ncu_case_497_<date>.txt, case_497_ncu.csv
 
-Fast-LLM comes from the checkouts in ``$FAST_LLM_PATH`` (``os.pathsep``-separated; see :mod:`perfutils.measure.fast_llm`),
+Fast-LLM comes from the checkouts in ``$FAST_LLM_PATH`` (``os.pathsep``-separated; see :mod:`perfutils.peers.fast_llm`),
 e.g. ``FAST_LLM_PATH=.peers/fast_llm-27f4747e:.peers/fast_llm-7d61a1ba``: 27f4747e is the kernel of the issue (the
 parent of the fixing commit 46ffbdd1), 7d61a1ba a later HEAD. Measurements go through the sweep harness
-(:func:`perfutils.measure.studies.run_cases`): tidy rows, float64 checks on sampled rows, n_regs / spills / occupancy of
+(:func:`perfutils.studies.cases.run_cases`): tidy rows, float64 checks on sampled rows, n_regs / spills / occupancy of
 the compiled kernels, peak memory, a JSON sidecar with the Fast-LLM commits; a rerun measures only what is
 missing and never rewrites a recorded row.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ..data.schema import ISSUE_COMMIT
+from ..measure.ncu import find_ncu, ncu_command, ncu_version, parse_ncu_text, run_ncu_command, unit_scale
 from ..model.cubin import sass_instruction_mix
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "measure_cases",
     "ncu_summary",
     "offline_table",
-    "parse_ncu_text",
     "sass_counts",
     "write_offline_table",
 ]
@@ -98,7 +98,7 @@ ABLATION_CASES = _ablation_cases()
 
 def fast_llm_checkouts(paths: str | None = None) -> list:
     """Every checkout in ``paths`` / ``$FAST_LLM_PATH``, loaded (ImportError says what is missing)."""
-    from . import fast_llm
+    from ..peers import fast_llm
 
     found = fast_llm.checkout_paths(paths)
     if not found:
@@ -159,7 +159,7 @@ def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dic
 
 
 def _offline(compile_fn, base: dict[str, Any], *, num_warps: int, n_rows: int, log=print) -> dict[str, Any]:
-    from .schema import error_text
+    from ..data.schema import error_text
 
     started = time.perf_counter()
     try:
@@ -178,7 +178,7 @@ def fast_llm_offline_rows(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, los
                           log=print) -> list[dict[str, Any]]:
     """Every kernel Fast-LLM's wrapper launches at these shapes, compiled for sm_90 with the launch's
     specialization; autotuned kernels once per config (``autotune_choice``)."""
-    from . import fast_llm
+    from ..peers import fast_llm
 
     rows = []
     for checkout in checkouts:
@@ -205,7 +205,7 @@ def _reverse_kl_problem(tokens: int, vocab: int, dtype: str):
 
     from kernels.problem import build_problem
 
-    from .sweep_config import torch_dtype
+    from ..measure.sweep_config import torch_dtype
 
     x = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     return build_problem(x, torch.empty_like(x), loss="reverse_kl", target_format="logits", grad_output=1.0,
@@ -249,9 +249,9 @@ def offline_table(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, ablation_vo
 
 def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwrite: bool = False) -> Path:
     """``<out>/h100-sxm-80gb/case_497_registers_offline.csv`` + sidecar (target sm_90a, Triton, ptxas, commits)."""
-    from .metadata import collect_metadata
-    from .schema import data_path
-    from .store import write_table
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import write_table
 
     versions = df[["triton_version", "ptxas_version"]].dropna().drop_duplicates()
     triton_version, ptxas_version = (versions.iloc[0].tolist() if len(versions) else (None, None))
@@ -270,9 +270,6 @@ def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwri
               "per config (autotune_choice)."),
     )
     return write_table(df, data_path(out, TARGET_GPU, OFFLINE_STUDY), meta, overwrite=overwrite)
-
-
-ISSUE_COMMIT = "27f4747e"  # Fast-LLM at the parent of its fix 46ffbdd1: the kernel of issue #497
 
 
 def _excerpt_section(title: str, compiled, *, sites: int) -> str:
@@ -294,7 +291,7 @@ def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites
     from perfutils.lab_kernels.case_study import ablation
     from kernels.fused import plan_fused
 
-    from . import fast_llm
+    from ..peers import fast_llm
     from ..model.offline_compile import compile_launch
 
     issue = [c for c in checkouts if c.commit and c.commit.startswith(ISSUE_COMMIT)]
@@ -318,7 +315,7 @@ def spill_excerpts(checkouts, *, vocab: int = 32768, tokens: int = TOKENS, sites
 
 def _offline_logs(data_dir: str | Path) -> Path:
     """``<data_dir>/h100-sxm-80gb/logs``: the text logs beside the offline table."""
-    from .schema import data_path
+    from ..data.schema import data_path
 
     return data_path(data_dir, TARGET_GPU, OFFLINE_STUDY).parent / "logs"
 
@@ -350,7 +347,7 @@ def measure_cases(study: str, cases, *, losses, vocabs, tokens: int = TOKENS, ou
     """Run ``cases`` through the sweep harness (resumable) with the Fast-LLM commits in the sidecar."""
     import torch
 
-    from .studies import recorded_ceilings, run_cases
+    from .cases import recorded_ceilings, run_cases
 
     settings = {}
     ceilings = recorded_ceilings(out, torch.cuda.get_device_name())
@@ -377,10 +374,11 @@ def dry_run(out: str | Path, checkouts, *, tokens: int = 8, vocab: int = 300, lo
     left out (an Inductor CPU build takes minutes here). Fast-LLM's kernels do not run under Triton 3.6's
     interpreter (it passes their constexpr flags as run-time values and fails), so for each checkout the
     launches of the real shapes are captured on meta tensors instead (kernel, grid, tile, warps)."""
-    from . import fast_llm, providers
-    from .studies import run_cases
-    from .measurer import GpuMeasurer, TimingBackend
-    from .sweep_config import load_config
+    from ..peers import fast_llm
+    from ..measure import providers
+    from .cases import run_cases
+    from ..measure.measurer import GpuMeasurer, TimingBackend
+    from ..measure.sweep_config import load_config
 
     for checkout in checkouts:
         for loss, target_format in LOSSES:
@@ -428,21 +426,18 @@ NCU_TARGETS = (
 )
 
 
-def ncu_argv(ncu: str, variant: str, kernel_regex: str, *, vocab: int = 32768, python: str = sys.executable) -> list[str]:
+def ncu_argv(ncu: str, variant: str, kernel_name: str, *, vocab: int = 32768, python: str = sys.executable) -> list[str]:
     """One Nsight Compute run: the four sections and the extra metrics, the first launch of the kernel."""
-    argv = [ncu, "--clock-control", "none"]
-    for section in NCU_SECTIONS:
-        argv += ["--section", section]
-    argv += ["--metrics", ",".join(NCU_METRICS), "-k", f"regex:{kernel_regex}", "-c", "1",
-             python, "-m", "perfutils.measure.case_497", "ncu-target", variant, "--vocab", str(vocab)]
-    return argv
+    target = ["perfutils", "case-497", "ncu-target", variant, "--vocab", vocab]
+    return ncu_command(ncu, [kernel_name], NCU_METRICS, "-m", target,
+                       sections=NCU_SECTIONS, launch_count=1, follow_children=False, csv_output=False, python=python)
 
 
 def ncu_target(variant: str, vocab: int = 32768, tokens: int = TOKENS) -> None:
     """What ncu profiles: one reverse-KL call of ``variant`` on fresh random bf16 inputs (seeded)."""
     import torch
 
-    from . import providers
+    from ..measure import providers
     from ..model.cuda_tools import pin_bundled_ptxas
 
     pin_bundled_ptxas()  # the ptxas the measured rows use
@@ -453,75 +448,6 @@ def ncu_target(variant: str, vocab: int = 32768, tokens: int = TOKENS) -> None:
     plan.run()
     torch.cuda.synchronize()
     print(f"ran {variant}: {getattr(plan, 'config', {})}", flush=True)
-
-
-_KERNEL_LINE = re.compile(r"^\s+(?P<kernel>\S+) \((?P<grid>[\d, ]+)\)x\((?P<block>[\d, ]+)\), Context \d+, Stream \d+, "
-                          r"Device \d+, CC [\d.]+\s*$")
-_SECTION_LINE = re.compile(r"^\s+Section: (?P<section>.+?)\s*$")
-_DASHES = re.compile(r"^(\s*)(-+)( -+)( -+)\s*$")
-
-
-def _ncu_value(text: str) -> float | str | None:
-    text = text.strip()
-    if not text:
-        return None
-    plain = text.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text) else text
-    try:
-        return float(plain)
-    except ValueError:
-        return text
-
-
-def parse_ncu_text(text: str) -> pd.DataFrame:
-    """Parse ncu's text report into one row per (label, kernel launch, section, metric).
-
-    Understands what ``ncu --section ... --metrics ...`` prints: optional ``=== <label>`` lines written by
-    :func:`run_ncu` before each run, a kernel header (``name (grid)x(block), Context .., Device .., CC 9.0``),
-    ``Section: <name>`` headers, and metric tables whose columns are given by the dashed rule under
-    ``Metric Name / Metric Unit / Metric Value``. Rule messages (OPT/INF/WRN) are skipped. Columns: label,
-    launch (0-based within the text), kernel, grid, block, section, metric, unit, value (float when numeric).
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    rows, label, launch, kernel, grid, block, section, columns = [], None, -1, None, None, None, None, None
-    for line in text.splitlines():
-        if line.startswith("=== "):
-            label, kernel, section, columns = line[4:].strip(), None, None, None
-            continue
-        match = _KERNEL_LINE.match(line)
-        if match:
-            launch += 1
-            kernel, grid, block = match["kernel"], f"({match['grid']})", f"({match['block']})"
-            section, columns = None, None
-            continue
-        match = _SECTION_LINE.match(line)
-        if match and kernel is not None:
-            section, columns = match["section"], None
-            continue
-        match = _DASHES.match(line)
-        if match and section is not None:
-            start = len(match.group(1))
-            name_end = start + len(match.group(2))
-            unit_end = name_end + len(match.group(3))
-            columns = (start, name_end, unit_end) if columns is None else columns  # the rule above the header
-            continue
-        if columns is None or kernel is None or not line.strip():
-            continue
-        start, name_end, unit_end = columns
-        if line[:start].strip() or re.match(r"^\s*(OPT|INF|WRN|ERR)\s", line) or line.strip() == "Metric Name":
-            continue
-        while name_end < len(line) and not line[name_end].isspace():  # a name wider than its column
-            name_end += 1
-        name = line[start:name_end].strip()
-        if not name or name.startswith("Metric Name"):
-            continue
-        unit, value = line[name_end:unit_end].strip(), line[unit_end:].strip()
-        if not value and unit and _ncu_value(unit) is not None and not isinstance(_ncu_value(unit), str):
-            unit, value = "", unit  # a value that spilled left into the unit column
-        rows.append(dict(label=label, launch=launch, kernel=kernel, grid=grid, block=block, section=section,
-                         metric=name, unit=unit, value=_ncu_value(value)))
-    return pd.DataFrame(rows, columns=["label", "launch", "kernel", "grid", "block", "section", "metric", "unit",
-                                       "value"])
 
 
 _SUMMARY = {
@@ -541,8 +467,6 @@ _SUMMARY = {
     "local_load_bytes": (None, "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"),
     "local_store_bytes": (None, "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"),
 }
-_SCALE = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12, "usecond": 1.0, "msecond": 1e3,
-          "nsecond": 1e-3, "us": 1.0, "ms": 1e3, "ns": 1e-3}
 
 
 def ncu_summary(parsed: pd.DataFrame, top_stalls: int = 3) -> pd.DataFrame:
@@ -555,9 +479,8 @@ def ncu_summary(parsed: pd.DataFrame, top_stalls: int = 3) -> pd.DataFrame:
         for column, (section, metric) in _SUMMARY.items():
             found = group[(group["metric"] == metric) & ((group["section"] == section) if section else True)]
             value = found["value"].iloc[0] if len(found) else None
-            if isinstance(value, float):
-                unit = str(found["unit"].iloc[0]).lower()
-                value *= _SCALE.get(unit, 1.0) if column.endswith(("_bytes", "_us")) else 1.0
+            if isinstance(value, float) and column.endswith(("_bytes", "_us")):  # bytes; times in µs
+                value *= unit_scale(found["unit"].iloc[0]) / (1e3 if column.endswith("_us") else 1.0)
             row[column] = value
         numeric = group["value"].map(lambda v: isinstance(v, float)).astype(bool)
         stalls = group[group["metric"].str.startswith("smsp__average_warps_issue_stalled_") & numeric].copy()
@@ -577,10 +500,9 @@ def run_ncu(out: str | Path = "data", *, vocab: int = 32768, targets=NCU_TARGETS
     """Profile each target with Nsight Compute; write the text log and the parsed summary (refuses to overwrite)."""
     import torch
 
-    from .metadata import collect_metadata
-    from .ncu import find_ncu, ncu_version, run_ncu_command
-    from .schema import data_path
-    from .store import write_table
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import write_table
 
     ncu = find_ncu()
     if ncu is None:
@@ -622,7 +544,7 @@ def _losses(items: list[str] | None, default) -> list[tuple[str, str]]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.case_497", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils case-497", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["cases", "dry-run", "offline", "spill-sass", "measure", "ablation", "ncu",
                                                    "ncu-target"])
     parser.add_argument("variant", nargs="?", help="ncu-target: the variant to run once")
@@ -688,10 +610,7 @@ def main(argv=None) -> int:
 
 def _checkout_variants(paths: str | None) -> list[tuple[Path, str]]:
     """(path, variant) of each named checkout, from its commit alone (nothing imported)."""
-    from . import fast_llm
+    from ..peers import fast_llm
 
     return [(p, fast_llm.variant_name(fast_llm.checkout_commit(p))) for p in fast_llm.checkout_paths(paths)]
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 
 A variant is one of ``kernels.prepare``'s (fused, two_pass, split_row, auto; the step is ``Plan.run``) or a PyTorch
 baseline (``torch_eager``, ``torch_eager_fp32``). :func:`launch_stats` describes a plan's launches (registers,
-occupancy) and picks the limiting one. Shared by the step profile (:mod:`perfutils.measure.profiling`) and the
-Nsight Compute run (:mod:`perfutils.measure.ncu`).
+occupancy) and picks the limiting one. Shared by the step profile (:mod:`perfutils.studies.profiling`) and the
+Nsight Compute run (:mod:`perfutils.studies.profile_ncu`).
 """
 
 from __future__ import annotations

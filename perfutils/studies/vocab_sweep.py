@@ -19,11 +19,11 @@ starting configurations after ``budget_minutes`` (run it again to resume: the ha
 missing and never rewrites a row). Rows land under the measuring GPU's own folder, so the same stages run on
 another GPU unchanged.
 
-    python -m perfutils.measure.vocab_sweep stages                   # the stages, rows and estimated minutes (no GPU)
-    python -m perfutils.measure.vocab_sweep run public-4096-1 --out data
-    python -m perfutils.measure.vocab_sweep quack-reference --out data   # the quoted quack figures (no GPU)
-    python -m perfutils.measure.vocab_sweep forget-project --tokens 4096 --out data  # before re-measuring the project
-    TRITON_INTERPRET=1 python -m perfutils.measure.vocab_sweep dry-run    # CPU: a tiny stage through the whole path
+    python -m perfutils vocab-sweep stages                   # the stages, rows and estimated minutes (no GPU)
+    python -m perfutils vocab-sweep run public-4096-1 --out data
+    python -m perfutils vocab-sweep quack-reference --out data   # the quoted quack figures (no GPU)
+    python -m perfutils vocab-sweep forget-project --tokens 4096 --out data  # before re-measuring the project
+    TRITON_INTERPRET=1 python -m perfutils vocab-sweep dry-run    # CPU: a tiny stage through the whole path
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class Stage:
 
 
 def _dtype_bytes(dtype: str) -> int:
-    from .sweep_config import DTYPE_BYTES
+    from ..measure.sweep_config import DTYPE_BYTES
 
     return DTYPE_BYTES[dtype]
 
@@ -138,7 +138,7 @@ def fits(group: str, tokens: int, vocab: int, loss: str, target_format: str, dty
 
 def _supports_offline(provider: str, loss: str, target_format: str) -> bool:
     """What a provider computes, known without loading anything (Fast-LLM: all four losses since 27f4747e)."""
-    from .providers import LABELS_ONLY
+    from ..measure.providers import LABELS_ONLY
 
     if provider in LABELS_ONLY:
         return (loss, target_format) == ("cross_entropy", "labels")
@@ -285,7 +285,7 @@ def coverage(recorded) -> "pd.DataFrame":
 
 
 def _fast_llm_parameters() -> list[dict[str, Any]]:
-    from . import fast_llm
+    from ..peers import fast_llm
 
     return [{"path": str(path), "commit": fast_llm.checkout_commit(path)} for path in fast_llm.checkout_paths()]
 
@@ -294,8 +294,8 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
               extra: Any = None, log=print):
     """Measure a stage's missing rows; returns the study's records. ``measurer``/``extra``: stand-ins for tests
     (default: a GpuMeasurer with :class:`~perfutils.measure.host_cost.CallCosts`)."""
-    from .host_cost import HOST_ROWS, CallCosts
-    from .studies import recorded_ceilings, run_cases
+    from ..measure.host_cost import HOST_ROWS, CallCosts
+    from .cases import recorded_ceilings, run_cases
 
     stage = find_stage(stage) if isinstance(stage, str) else stage
     deadline = time.monotonic() + budget_minutes * 60
@@ -333,9 +333,9 @@ def forget_project_rows(path, tokens: Iterable[int] | None = None, *, dtype: str
                         vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None,
                         log=print) -> Path | None:
     """After a kernel or search change: take the project's rows (:data:`PROJECT`) of ``tokens``, ``dtype``, ``vocabs``
-    and ``losses`` out of a recorded study so its stages measure them again (:func:`perfutils.measure.store.forget_rows`:
+    and ``losses`` out of a recorded study so its stages measure them again (:func:`perfutils.data.store.forget_rows`:
     nothing is lost)."""
-    from .store import forget_rows
+    from ..data.store import forget_rows
 
     return forget_rows(path, PROJECT, tokens, dtype=dtype, vocabs=vocabs, losses=losses, log=log)
 
@@ -345,10 +345,10 @@ def cpu_dry_run(out: str, *, tokens: int = 8, vocab: int = 300, losses=LOSSES, c
     PyTorch (standing in for the peers: an Inductor CPU build takes minutes, Fast-LLM's kernels do not run under
     the interpreter) at a tiny shape through the same runner, measurer and ``extra`` columns: float64 checks,
     host µs per call (``calls`` per batch), syncs (None: no CUDA), sidecar. The timings are a stand-in 1.0 ms."""
-    from . import providers
-    from .host_cost import CallCosts
-    from .measurer import GpuMeasurer, TimingBackend
-    from .sweep_config import load_config
+    from ..measure import providers
+    from ..measure.host_cost import CallCosts
+    from ..measure.measurer import GpuMeasurer, TimingBackend
+    from ..measure.sweep_config import load_config
 
     stage = Stage("cpu-dry-run", "project", (*PROJECT, "eager"), tokens, (vocab,), losses=tuple(losses))
     spec = load_config(dict(study=STUDY, out=str(out), loss=losses[0][0], target_format=losses[0][1], variant="auto",
@@ -383,11 +383,11 @@ def quack_reference_frame():
 
 def write_quack_reference(out: str = "data", *, overwrite: bool = False):
     """``<out>/h100-sxm-80gb/quack_reference.csv`` + sidecar naming the source (refuses to overwrite)."""
-    from .schema import data_path, utc_now
-    from .store import write_table
+    from ..data.schema import data_path, utc_now
+    from ..data.store import write_table
 
     meta = {**QUACK_SOURCE, "study": QUACK_STUDY, "written_utc": utc_now(),
-            "written_by": "python -m perfutils.measure.vocab_sweep quack-reference",
+            "written_by": "python -m perfutils vocab-sweep quack-reference",
             "columns": {"ms_median": "the quoted milliseconds", "gbps": "minimal bytes (perfutils.model.roofline."
                         "loss_cost) / quoted time, computed here"}}
     return write_table(quack_reference_frame(), data_path(out, QUACK_SOURCE["gpu_name"], QUACK_STUDY), meta,
@@ -400,7 +400,7 @@ def write_quack_reference(out: str = "data", *, overwrite: bool = False):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfutils.measure.vocab_sweep", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m perfutils vocab-sweep", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("stages", help="list the stages, their rows and estimated minutes (no GPU)")
     run = commands.add_parser("run", help="measure the missing rows of one or more stages (GPU)")
@@ -445,7 +445,7 @@ def main(argv=None) -> int:
         print(frame[columns].to_string())
         return 0 if set(frame["status"]) == {"ok"} else 1
     if args.command == "forget-project":
-        from .schema import data_path
+        from ..data.schema import data_path
 
         if args.gpu is None:
             import torch
@@ -475,6 +475,3 @@ def main(argv=None) -> int:
                   flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
