@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernels.auto import table_choice
+from kernels.autotune import table_choice
 from perfutils.measure import tuning
 from perfutils.measure.records import load_records
 from perfutils.measure.studies import tuned_config
