@@ -19,8 +19,9 @@ import torch
 
 from . import ops, vocab_parallel
 from .autograd import gradient_for, keep_for_backward
+from .autotune import VARIANTS, plan_problem
 from .launch import Plan
-from .planning import VARIANTS, plan_problem
+from .ops import CallOptions
 from .problem import build_problem, check_block_size, check_num_warps
 
 
@@ -50,16 +51,15 @@ def prepare(
     :func:`kernels.split_row.plan_split_row`); fused takes ``keep_last`` and ``resident`` (see
     :func:`kernels.fused.plan_fused`).
     ``auto`` and ``split_row`` called without block_size, num_warps and options
-    take their configuration from the GPU's tuning table (``kernels.auto``). ``group``: see
+    take their configuration from the GPU's tuning table (``kernels.autotune``). ``group``: see
     :func:`entropy_loss_forward_backward` (a :class:`kernels.vocab_parallel.VocabParallelPlan`; collective).
     """
+    vocab_parallel.check_call(group, variant, tp_design)
     if group is not None:
-        vocab_parallel.check_call(group, variant, tp_design)
         return vocab_parallel.prepare(logits, target, group=group, loss=loss, target_format=target_format,
                                       tp_design=tp_design, block_size=block_size, num_warps=num_warps,
                                       grad_output=grad_output, ignore_index=ignore_index, loss_mask=loss_mask,
                                       validate=validate, **variant_options)
-    _no_tp_design(tp_design)
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got {variant!r}")
     if not isinstance(validate, bool):
@@ -115,12 +115,6 @@ def _check_options(logits, target, loss_mask, variant, block_size, num_warps, ig
     return text
 
 
-def _no_tp_design(tp_design) -> None:
-    if tp_design != "auto":
-        raise ValueError(f"tp_design={tp_design!r} needs group= (a torch.distributed process group over which the "
-                         "vocabulary is split)")
-
-
 def _grad_output_args(grad_output) -> tuple[float, torch.Tensor | None, bool]:
     if type(grad_output) is float:  # the default, first
         return grad_output, None, True
@@ -166,37 +160,30 @@ def entropy_loss_forward_backward(
     options = _check_options(logits, target, loss_mask, variant, block_size, num_warps, ignore_index, validate,
                              variant_options)
     value, tensor, compute_grad = _grad_output_args(grad_output)
-    if group is not None:
-        vocab_parallel.check_call(group, variant, tp_design)
-        result, grad = vocab_parallel.call(logits, target, loss_mask, tensor, value, compute_grad, loss, target_format,
-                                           ignore_index, tp_design, group, block_size, num_warps, options, validate)
-        return result, (grad if compute_grad else None)
-    _no_tp_design(tp_design)
-    result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, compute_grad, loss,
-                                             target_format, ignore_index, variant, block_size, num_warps, options,
-                                             validate)
+    vocab_parallel.check_call(group, variant, tp_design)
+    result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, CallOptions(
+        compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate, tp_design,
+        group))
     return result, (grad if compute_grad else None)
 
 
 class _EntropyLoss(torch.autograd.Function):
     """Forward computes the loss and, when logits require grad, the gradient for grad_output = 1 in the same
-    kernel; backward hands that gradient out once, scaled in place by the incoming gradient, and recomputes it for
-    a second use of the graph (:mod:`kernels.autograd`)."""
+    kernel (on one GPU, or on this rank's slice of the vocabulary when ``call`` has a group); backward hands that
+    gradient out once, scaled in place by the incoming gradient, and recomputes it for a second use of the graph
+    (:mod:`kernels.autograd`)."""
 
     @staticmethod
-    def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size, num_warps,
-                options, validate):
-        compute_grad = ctx.needs_input_grad[0]
-        result, grad = ops.call_forward_backward(logits, target, loss_mask, None, 1.0, compute_grad, loss,
-                                                 target_format, ignore_index, variant, block_size, num_warps, options,
-                                                 validate)
-        keep_for_backward(ctx, grad, logits, target, loss_mask)
-        ctx.options = (loss, target_format, ignore_index, variant, block_size, num_warps, options, validate)
+    def forward(ctx, logits, target, loss_mask, call):
+        if not ctx.needs_input_grad[0]:  # ``call`` comes with compute_grad=True
+            call = CallOptions(False, *call[1:])
+        result, grad = ops.call_forward_backward(logits, target, loss_mask, None, 1.0, call)
+        keep_for_backward(ctx, grad, logits, target, loss_mask, call)
         return result
 
     @staticmethod
     def backward(ctx, grad_loss):
-        return (gradient_for(ctx, grad_loss, ops.call_forward_backward, "kernels.entropy_loss"),) + (None,) * 10
+        return gradient_for(ctx, grad_loss), None, None, None
 
 
 def entropy_loss(
@@ -227,10 +214,6 @@ def entropy_loss(
             "target requires grad, but kernels.entropy_loss differentiates only with respect to logits: a learnable "
             "target would silently get no gradient. Detach it (target.detach()) or use kernels.reference.entropy_loss"
         )
-    if group is not None:  # the vocabulary split over group's ranks (see entropy_loss_forward_backward)
-        vocab_parallel.check_call(group, variant, tp_design)
-        return vocab_parallel.entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design,
-                                           group, block_size, num_warps, options, validate)
-    _no_tp_design(tp_design)
-    return _EntropyLoss.apply(logits, target, loss_mask, loss, target_format, ignore_index, variant, block_size,
-                              num_warps, options, validate)
+    vocab_parallel.check_call(group, variant, tp_design)  # group: the vocabulary split over its ranks
+    return _EntropyLoss.apply(logits, target, loss_mask, CallOptions(
+        True, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate, tp_design, group))

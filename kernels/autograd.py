@@ -18,8 +18,6 @@ PyTorch cannot say, the inputs stay until the graph is freed.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from . import ops
@@ -28,22 +26,24 @@ _keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", 
 
 
 def keep_for_backward(ctx, grad: torch.Tensor, logits: torch.Tensor, target: torch.Tensor,
-                      loss_mask: torch.Tensor | None) -> None:
-    """In a forward: the gradient to hand out once, and the inputs a second backward recomputes it from."""
+                      loss_mask: torch.Tensor | None, call) -> None:
+    """In a forward: the gradient to hand out once, and the inputs and ``call`` (the forward's
+    :class:`kernels.ops.CallOptions`) a second backward recomputes it from."""
     ctx.grad = grad
+    ctx.call = call
     ctx.inputs = (logits, target, loss_mask)
     if not torch.compiler.is_compiling():  # a traced graph's inputs are not changed behind its back
         ctx.versions = (logits._version, target._version)
 
 
-def gradient_for(ctx, grad_loss: torch.Tensor, call: Callable, name: str) -> torch.Tensor:
-    """In a backward: d(grad_loss * loss)/d logits. A second use of the graph calls ``call(logits, target, loss_mask,
-    grad_output_tensor, 0.0, True, *ctx.options)`` (the forward's operator call) for a fresh gradient; ``name`` is the
-    public call, for the error messages."""
+def gradient_for(ctx, grad_loss: torch.Tensor) -> torch.Tensor:
+    """In a backward: d(grad_loss * loss)/d logits. A second use of the graph calls the forward's operator again
+    (``ops.call_forward_backward`` with the forward's options, the incoming gradient as grad_output) for a fresh
+    gradient."""
     traced = torch.compiler.is_compiling()
     if torch.is_grad_enabled() and not traced:  # backward(create_graph=True)
-        raise RuntimeError(f"{name} has no second derivative (its backward is a precomputed gradient): double "
-                           "backward / create_graph=True through it is not supported; use "
+        raise RuntimeError(f"{_public_name(ctx)} has no second derivative (its backward is a precomputed "
+                           "gradient): double backward / create_graph=True through it is not supported; use "
                            "kernels.reference.entropy_loss for higher-order gradients")
     grad = ctx.grad
     inputs = ctx.inputs
@@ -54,13 +54,19 @@ def gradient_for(ctx, grad_loss: torch.Tensor, call: Callable, name: str) -> tor
         ops.call_scale_gradient_(grad, grad_loss)
         return grad
     if inputs is None:
-        raise RuntimeError(f"Trying to backward through the graph a second time (through {name}), but its inputs "
-                           "have already been freed. Specify retain_graph=True if you need to backward through the "
-                           "graph a second time or if you need to access saved tensors after calling backward.")
+        raise RuntimeError(f"Trying to backward through the graph a second time (through {_public_name(ctx)}), but its "
+                           "inputs have already been freed. Specify retain_graph=True if you need to backward through "
+                           "the graph a second time or if you need to access saved tensors after calling backward.")
     logits, target, loss_mask = inputs
     versions = getattr(ctx, "versions", None)
     if versions is not None and versions != (logits._version, target._version):
         raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
-                           f"operation: the logits or target of {name} changed between its forward and this second "
-                           f"backward (versions {versions} then {(logits._version, target._version)})")
-    return call(logits, target, loss_mask, grad_loss.reshape(()), 0.0, True, *ctx.options)[1]
+                           f"operation: the logits or target of {_public_name(ctx)} changed between its forward and "
+                           f"this second backward (versions {versions} then {(logits._version, target._version)})")
+    call = ctx.call._replace(compute_grad=True)
+    return ops.call_forward_backward(logits, target, loss_mask, grad_loss.reshape(()), 0.0, call)[1]
+
+
+def _public_name(ctx) -> str:
+    """The public call a backward belongs to, for its error messages."""
+    return "kernels.entropy_loss" if ctx.call.group is None else "kernels.entropy_loss(group=...)"

@@ -1,17 +1,28 @@
-"""Variant "auto" on any shape and any GPU: a short timed search at the first call of a shape class, kept on disk.
+"""Which configuration a call runs, in one place: the tuning table, the first-call search, the plan.
 
-The committed tuning table (``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU.
-Users train at 32000, 50257, 128256, 151936, 256000 columns, at many token counts, on other GPUs; the table's
-nearest power of two was up to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk size that is
-right at 65536 columns). So the first call of a *shape class* (loss, target format, dtype, vocab, token count
-rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
-tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel
-at 2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K, and for cross-entropy from
-labels on 16-byte aligned bf16 rows up to 32K the row kept in registers, at 16 and 8 warps; then the two fastest lagged
-kernels again under register caps: their own count, caps that fit one or two more programs per SM, and the most
-registers one program fewer allows), keeps the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default
-``~/.cache/fused-loss-kernels``), one JSON file per GPU model, Triton version and version of the kernels' code
-(:func:`code_stamp`). Later calls, and later processes, read the choice: one dictionary lookup, no timing, no sync.
+:func:`plan_problem` is the path every first call of a shape takes: a variant with a configuration given by the
+caller is planned as asked; ``split_row`` without one runs its own entry of the committed tuning table
+(``data/<gpu-slug>/tuning.csv``, written by ``perfutils.measure.tuning`` from H100 sweeps: per (loss, target_format,
+dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
+of the same loss); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
+the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
+without a table a heuristic (split_row with its default chunks). The chosen plan is built once more after the search
+rather than kept from the timing: keeping the fastest candidate's buffers (a gradient the size of the logits) alive
+while the others are timed would hold two plans' buffers at once on the first call.
+
+The search: a short timed search at the first call of a shape class, kept on disk. The committed tuning table
+(``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU. Users train at 32000,
+50257, 128256, 151936, 256000 columns, at many token counts, on other GPUs; the table's nearest power of two was up
+to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk size that is right at 65536 columns). So the
+first call of a *shape class* (loss, target format, dtype, vocab, token count rounded up to a power of two, mask,
+gradient) times a handful of candidate configurations on the caller's own tensors (the table's entry first, then the
+designs the H100 sweeps found competitive: split_row's lagged kernel at 2K-8K-column chunks, one program per row
+with a tile as wide as the row up to 32K, and for cross-entropy from labels on 16-byte aligned bf16 rows up to 32K
+the row kept in registers, at 16 and 8 warps; then the two fastest lagged kernels again under register caps: their
+own count, caps that fit one or two more programs per SM, and the most registers one program fewer allows), keeps
+the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per
+GPU model, Triton version and version of the kernels' code (:func:`code_stamp`). Later calls, and later processes,
+read the choice: one dictionary lookup, no timing, no sync.
 
 The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
 milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
@@ -20,20 +31,127 @@ under the interpreter or with ``FUSED_LOSS_AUTOTUNE=0``: those calls take the ta
 
 from __future__ import annotations
 
+import csv
+import functools
 import hashlib
 import json
 import math
 import os
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .device_names import gpu_slug
+from .fused import plan_fused
+from .launch import Plan
 from .occupancy import register_caps_of_compiled
 from .problem import Problem
+from .prologue import prologue_launch
 from .resident_row import resident_fits
+from .split_row import plan_split_row
+from .two_pass import plan_two_pass
+
+# The variants by the names recorded data uses (the ``variant`` column of data/*.csv, the tuning table's entries). Two
+# name a family rather than one kernel: split_row with ``split=False`` launches the fused kernel's one-program-per-row
+# loop (split_row.plan_split_row), fused with ``resident=True`` resident_row's kernel (fused.plan_fused); a plan's
+# ``launches[i].name`` says which kernel runs.
+PLANNERS = {"fused": plan_fused, "two_pass": plan_two_pass, "split_row": plan_split_row}
+VARIANTS = ("auto", *PLANNERS)
+
+
+def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
+    if variant in ("auto", "split_row"):
+        choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
+                               **variant_options)
+        variant, block_size, num_warps, variant_options = (
+            choice.variant, choice.block_size, choice.num_warps, choice.options
+        )
+    planner = PLANNERS[variant]
+    try:
+        plan = planner(problem, block_size, num_warps, **variant_options)
+    except TypeError as error:
+        if "unexpected keyword" in str(error):
+            raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
+        raise
+    if problem.n_rows == 0:  # empty batch: no loss kernel; a prologue writes the loss (0)
+        workspace, _grad, loss = plan.buffers[:3]
+        plan.launches = []
+        plan.reset = None
+        plan.prologue = prologue_launch(problem, workspace, loss)
+    return plan
+
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass
+class Choice:
+    variant: str
+    block_size: int | None
+    num_warps: int | None
+    options: dict = field(default_factory=dict)
+    source: str = "heuristic"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def load_tuning_table(gpu_name: str, data_dir: Path = DATA_DIR) -> tuple[dict, ...]:
+    """Rows of the tuning table recorded on this GPU under ``data_dir`` (empty if there is none)."""
+    path = Path(data_dir) / gpu_slug(gpu_name) / "tuning.csv"
+    if not path.exists():
+        return ()
+    with open(path, newline="") as handle:
+        return tuple(csv.DictReader(handle))
+
+
+def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int,
+                 variant: str | None = None) -> Choice | None:
+    """The table's entry for this shape (the nearest recorded vocab), fastest variant or ``variant``'s own."""
+    rows = [
+        row for row in rows
+        if row["loss"] == loss and row["target_format"] == target_format and row["dtype"] == dtype
+        and (variant is None or row["variant"] == variant)
+    ]
+    if not rows:
+        return None
+    nearest = min({int(row["vocab"]) for row in rows}, key=lambda vocab: abs(math.log2(vocab) - math.log2(n_cols)))
+    best = min((row for row in rows if int(row["vocab"]) == nearest), key=lambda row: float(row["ms_median"]))
+    # A tuned chunk wider than this row would only add masked lanes.
+    block = min(int(best["block_size"]), max(16, 1 << math.ceil(math.log2(n_cols))))
+    options = json.loads(best.get("options") or "{}")
+    return Choice(best["variant"], block, int(best["num_warps"]), options, source="tuning table")
+
+
+def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
+    """The committed table's entry for a problem on its CUDA device (:func:`table_choice`): the fastest variant's, or
+    ``variant``'s own; the first-call search's seed."""
+    return table_choice(load_tuning_table(torch.cuda.get_device_name(problem.logits.device)), problem.loss,
+                        problem.target_format, _dtype_name(problem.logits.dtype), problem.n_cols, variant)
+
+
+def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None,
+                  **options) -> Choice:
+    """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
+    for ``auto`` on a GPU the first-call search (:func:`choose`, seeded with the tuning table's entry),
+    for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
+    device = problem.logits.device
+    if device.type == "cuda" and block_size is None and num_warps is None and not options:
+        choice = table_entry(problem, None if variant == "auto" else variant)
+        if variant == "auto":
+            searched = choose(problem, choice, PLANNERS)
+            if searched is not None:
+                found_variant, found_block, found_warps, found_options, source = searched
+                return Choice(found_variant, found_block, found_warps, dict(found_options), source=source)
+        if choice is not None:
+            return choice
+    return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)
+
 
 CANDIDATE_REPEATS = 5  # timed runs per candidate (after one untimed run that compiles)
 MAX_CHUNKS = 64  # lagged split_row candidates with at most this many chunks a row (see candidates)
@@ -55,7 +173,7 @@ def enabled() -> bool:
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
 _SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py",
-                   "problem.py", "auto.py", "vocab_parallel.py", "vocab_parallel_exchange.py",
+                   "problem.py", "vocab_parallel.py", "vocab_parallel_exchange.py",
                    "vocab_parallel_search.py")
 
 

@@ -43,8 +43,9 @@ the process group fails; under NCCL it waits for its process-group timeout. Diff
 grad_output values in cached calls give a wrong loss (a row two ranks count differently gives NaN). Call with
 ``validate=True`` while a training set-up is new, or whenever ranks may disagree.
 
-torch.compile: the calls go through the operator ``torch.ops.fused_loss.vocab_parallel_forward_backward`` (the
-group travels by name); its collectives run inside the operator, which graphs hold as one opaque call.
+torch.compile: the calls go through the operator ``torch.ops.fused_loss.vocab_parallel_forward_backward``
+(registered in :mod:`kernels.ops` with the others; the group travels by name); its collectives run inside the
+operator, which graphs hold as one opaque call.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from . import ops, vocab_parallel_search
-from .autograd import gradient_for, keep_for_backward
+from . import vocab_parallel_search
 from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
                        direct_launch)
 from .launch import Launch, interpreting
@@ -488,32 +488,32 @@ def _check_design(tp_design) -> str:
     return tp_design
 
 
-def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output: float, compute_grad: bool,
-                     loss: str, target_format: str, ignore_index: int, tp_design: str, group, block_size,
-                     num_warps, options: str, validate: bool):
-    """The operator's implementation, with the group object: (loss, grad) on this rank (an empty grad when
-    compute_grad is false)."""
-    key = call_key(logits, target, loss_mask, grad_output_tensor,
-                   (compute_grad, loss, target_format, ignore_index, tp_design, group.group_name, block_size,
-                    num_warps, options, validate))
+def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output: float, call):
+    """The operator's implementation (``call``: a :class:`kernels.ops.CallOptions` with its group): (loss, grad) on
+    this rank (an empty grad when compute_grad is false)."""
+    key = call_key(logits, target, loss_mask, grad_output_tensor, call)
     template = TEMPLATES.get(key)
-    grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
+    group = call.group
+    grad_value = (grad_output_tensor if grad_output_tensor is not None
+                  else (grad_output if call.compute_grad else None))
     if template:
-        if validate:  # the same checks as a first call's (prepare), so every rank runs the same collectives
-            vp = build_vocab_parallel_problem(logits, target, group=group, loss=loss, target_format=target_format,
-                                              grad_output=grad_value, ignore_index=ignore_index, loss_mask=loss_mask)
-            agree_on_call(vp, tp_design, block_size, num_warps, json.loads(options) if options else {}, again=True)
+        if call.validate:  # the same checks as a first call's (prepare), so every rank runs the same collectives
+            vp = build_vocab_parallel_problem(logits, target, group=group, loss=call.loss,
+                                              target_format=call.target_format, grad_output=grad_value,
+                                              ignore_index=call.ignore_index, loss_mask=loss_mask)
+            agree_on_call(vp, call.tp_design, call.block_size, call.num_warps, call.variant_options(), again=True)
             check_labels_and_mask(vp)
-        tensors = call_tensors(logits, target, target_format, loss_mask, grad_output_tensor)
+        tensors = call_tensors(logits, target, call.target_format, loss_mask, grad_output_tensor)
         result, grad = template.run(*tensors, float(grad_output))
         return result, (grad if grad is not None else logits.new_empty(0))
     if logits.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("the first vocab-parallel call of a shape cannot be captured in a CUDA graph (it compiles, "
                            "allocates symmetric memory and checks the ranks' calls on the host): call it once before "
                            "capturing")
-    plan = prepare(logits, target, group=group, loss=loss, target_format=target_format, tp_design=tp_design,
-                   block_size=block_size, num_warps=num_warps, grad_output=grad_value, ignore_index=ignore_index,
-                   loss_mask=loss_mask, validate=validate, **(json.loads(options) if options else {}))
+    plan = prepare(logits, target, group=group, loss=call.loss, target_format=call.target_format,
+                   tp_design=call.tp_design, block_size=call.block_size, num_warps=call.num_warps,
+                   grad_output=grad_value, ignore_index=call.ignore_index, loss_mask=loss_mask, validate=call.validate,
+                   **call.variant_options())
     if plan.design == "symmetric" and template is False:  # a first call: every rank has compiled the kernel that
         group_barrier(group, logits.device)  # waits for its peers; start them together
     result, grad = plan.run()
@@ -562,93 +562,18 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
     return plan
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The operator and the public calls
-# --------------------------------------------------------------------------------------------------------------
-
-_LIBRARY = torch.library.Library(ops.NAMESPACE, "FRAGMENT")
-_LIBRARY.define(
-    "vocab_parallel_forward_backward(Tensor logits, Tensor target, Tensor? loss_mask, Tensor? grad_output_tensor, "
-    "float grad_output, bool compute_grad, str loss, str target_format, int ignore_index, str tp_design, "
-    "str group_name, int? block_size, int? num_warps, str options, bool validate) -> (Tensor, Tensor)"
-)
-
-
-def _resolve_group(group_name: str):
-    from torch.distributed import distributed_c10d
-
-    return distributed_c10d._resolve_process_group(group_name)
-
-
-def _operator(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
-              ignore_index, tp_design, group_name, block_size, num_warps, options, validate):
-    return forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss,
-                            target_format, ignore_index, tp_design, _resolve_group(group_name), block_size, num_warps,
-                            options, validate)
-
-
-_LIBRARY.impl("vocab_parallel_forward_backward", _operator, "CUDA")
-_LIBRARY.impl("vocab_parallel_forward_backward", _operator, "CPU")
-
-
-@torch.library.register_fake(f"{ops.NAMESPACE}::vocab_parallel_forward_backward")
-def _operator_fake(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
-                   ignore_index, tp_design, group_name, block_size, num_warps, options, validate):
-    grad_value = grad_output_tensor if grad_output_tensor is not None else (grad_output if compute_grad else None)
-    build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_value,
-                  ignore_index=ignore_index, loss_mask=loss_mask)
-    grad = logits.new_empty(logits.shape) if compute_grad else logits.new_empty(0)
-    return logits.new_empty((), dtype=torch.float32), grad
-
-
-operator = torch.ops.fused_loss.vocab_parallel_forward_backward.default
-
-
-def call(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
-         ignore_index, tp_design, group, block_size, num_warps, options, validate):
-    """The operator as the public calls reach it: its implementation directly in plain eager mode (like
-    kernels.ops.call_forward_backward), the operator (group by name) under tracing or dispatch modes."""
-    if ops.plain_eager(logits, target, loss_mask, grad_output_tensor):
-        return forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss,
-                                target_format, ignore_index, tp_design, group, block_size, num_warps, options,
-                                validate)
-    return operator(logits, target, loss_mask, grad_output_tensor, grad_output, compute_grad, loss, target_format,
-                    ignore_index, tp_design, group.group_name, block_size, num_warps, options, validate)
-
-
 def check_call(group, variant, tp_design) -> None:
-    """What the public calls check, beyond their own argument checks, before a vocab-parallel call."""
+    """What the public calls check of ``group``, ``variant`` and ``tp_design``, beyond their own argument checks."""
+    if group is None:
+        if tp_design != "auto":
+            raise ValueError(f"tp_design={tp_design!r} needs group= (a torch.distributed process group over which the "
+                             "vocabulary is split)")
+        return
     check_group(group)
     if variant != "auto":
         raise ValueError(f"with group=, variant must be 'auto' (got {variant!r}): the vocab-parallel losses have their "
                          "own kernels; choose them with tp_design='all_gather' or 'symmetric'")
     _check_design(tp_design)
-
-
-class _VocabParallelLoss(torch.autograd.Function):
-    """Like kernels.api's autograd function (:mod:`kernels.autograd`): the gradient for grad_output = 1 comes with
-    the forward and is handed out once; a second use of the graph recomputes it (collective, like the forward)."""
-
-    @staticmethod
-    def forward(ctx, logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
-                num_warps, options, validate):
-        compute_grad = ctx.needs_input_grad[0]
-        result, grad = call(logits, target, loss_mask, None, 1.0, compute_grad, loss, target_format, ignore_index,
-                            tp_design, group, block_size, num_warps, options, validate)
-        keep_for_backward(ctx, grad, logits, target, loss_mask)
-        ctx.options = (loss, target_format, ignore_index, tp_design, group, block_size, num_warps, options, validate)
-        return result
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        return (gradient_for(ctx, grad_loss, call, "kernels.entropy_loss(group=...)"),) + (None,) * 11
-
-
-def entropy_loss(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group, block_size,
-                 num_warps, options, validate) -> torch.Tensor:
-    """kernels.entropy_loss with group= (its arguments checked by it)."""
-    return _VocabParallelLoss.apply(logits, target, loss_mask, loss, target_format, ignore_index, tp_design, group,
-                                    block_size, num_warps, options, validate)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import argparse
 
 import torch
 
-from kernels import auto, autotune
-from kernels.planning import PLANNERS
+from kernels import autotune
+from kernels.autotune import PLANNERS
 from kernels.problem import build_problem
 from perfutils.measure.host_cost import HOST_ROWS
 from perfutils.studies.vocab_sweep import LOSSES as LOSS_PAIRS
@@ -33,7 +33,7 @@ def search_launches(loss: str, fmt: str, vocab: int, dtype: torch.dtype, take=la
     x = torch.randn(rows, vocab, device="cuda").to(dtype)
     t = torch.randint(0, vocab, (rows,), device="cuda") if fmt == "labels" else torch.randn_like(x)
     problem = build_problem(x, t, loss=loss, target_format=fmt, grad_output=1.0, ignore_index=-100, loss_mask=None)
-    seed = auto.table_entry(problem)
+    seed = autotune.table_entry(problem)
     for index, (variant, block, warps, options) in enumerate(autotune.candidates(problem, seed)):
         if not take(index):
             continue

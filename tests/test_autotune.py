@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels import autotune
-from kernels.auto import Choice
+from kernels.autotune import Choice
 from kernels.problem import build_problem
 
 

@@ -144,15 +144,15 @@ def test_repeated_calls_take_new_data_and_grad_output(loss, fmt):
 @pytest.mark.parametrize("loss, fmt", LOSS_FORMATS, ids=LOSS_IDS)
 def test_repeated_calls_of_plain_layouts_pass_pointers(loss, fmt):
     """Contiguous inputs: the template passes the caller's data pointers (no views, no copies); results stay right."""
-    from kernels.dispatch import TEMPLATES
-    from kernels.ops import template_key
+    from kernels.dispatch import TEMPLATES, call_key
+    from kernels.ops import CallOptions
 
     for seed in (16, 17, 18):
         x, t, m = make_inputs((300, 50257), fmt, seed=seed)
         value, grad = kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt, loss_mask=m)
         ref_loss, ref_grad = reference(x, t, loss, fmt, m)
         assert rel_err(value, ref_loss) <= TOL and rel_err(grad, ref_grad) <= TOL
-    template = TEMPLATES.get(template_key(x, t, m, None, True, loss, fmt, -100, "auto", None, None, "", False))
+    template = TEMPLATES.get(call_key(x, t, m, None, CallOptions(True, loss, fmt, -100, "auto", None, None, "", False)))
     assert template and template.passthrough
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernels.auto import table_choice
+from kernels.autotune import table_choice
 from perfutils.studies import tuning
 from perfutils.data.records import load_records
 from perfutils.studies.cases import tuned_config

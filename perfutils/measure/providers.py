@@ -140,15 +140,14 @@ def supports(variant: str, loss: str, target_format: str) -> bool:
 
 def auto_choice(logits, target, *, loss: str, target_format: str, grad_output=1.0, ignore_index: int = -100) -> dict:
     """What variant ``auto`` runs for this call, and from where (``source``: first-call search, tuning table,
-    heuristic): ``kernels.auto.choose_config`` on the call's checked problem. After a first call of the shape
+    heuristic): ``kernels.autotune.choose_config`` on the call's checked problem. After a first call of the shape
     this is a lookup of auto's remembered choice (no timing, nothing allocated)."""
-    from kernels.auto import choose_config
-    from kernels.planning import PLANNERS
+    from kernels.autotune import choose_config
     from kernels.problem import build_problem
 
     problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=grad_output,
                             ignore_index=ignore_index, loss_mask=None)
-    choice = choose_config(problem, PLANNERS, variant="auto")
+    choice = choose_config(problem, variant="auto")
     return {"variant": choice.variant, "block_size": choice.block_size, "num_warps": choice.num_warps,
             "options": dict(choice.options), "source": choice.source}
 

@@ -55,7 +55,7 @@ def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: 
     defaults, when the GPU has no table or the table no entry."""
     from pathlib import Path
 
-    from kernels.auto import load_tuning_table, table_choice
+    from kernels.autotune import load_tuning_table, table_choice
 
     choice = table_choice(load_tuning_table(gpu_name, Path(out)), loss, target_format, dtype, vocab, variant)
     if choice is None or choice.options:

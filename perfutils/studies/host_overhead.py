@@ -36,8 +36,8 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     import torch
 
     import kernels
-    from kernels.dispatch import TEMPLATES, direct_launch
-    from kernels.ops import template_key
+    from kernels.dispatch import TEMPLATES, call_key, direct_launch
+    from kernels.ops import CallOptions
 
     device = "cuda"
     x = torch.randn(8, 32000, device=device).bfloat16()
@@ -122,14 +122,14 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
         target = labels if fmt == "labels" else t
         rows.append(("public call", f"entropy_loss_forward_backward {loss}/{fmt}", public(loss, fmt, target)))
         public(loss, fmt, target)()  # the first call builds the template timed next
-        options = (True, loss, fmt, -100, "auto", None, None, "", False)
-        template = TEMPLATES.get(template_key(x, target, None, None, *options))
+        options = CallOptions(True, loss, fmt, -100, "auto", None, None, "", False)
+        template = TEMPLATES.get(call_key(x, target, None, None, options))
         if template:
             rows.append(("public call", f"  of which the template's run (allocations + launches) {loss}/{fmt}",
                          lambda template=template, target=target: template.run(x, target, None, None, 1.0)))
             rows.append(("public call", f"  of which the template key and lookup {loss}/{fmt}",
-                         lambda target=target, options=options: TEMPLATES.get(template_key(x, target, None, None,
-                                                                                           *options))))
+                         lambda target=target, options=options: TEMPLATES.get(call_key(x, target, None, None,
+                                                                                       options))))
         rows.append(("public call", f"entropy_loss(...).backward() {loss}/{fmt}", public_autograd(loss, fmt, target)))
     rows.append(("public call", "floor: x.float().sum().backward() (PyTorch's autograd alone)", plain_autograd))
     return rows

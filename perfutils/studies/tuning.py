@@ -5,7 +5,7 @@
 For each (loss, target_format, dtype, vocab) and each project variant, the fastest correct row over
 the given studies (every configuration measured) becomes an entry; ``fastest`` marks the variant that
 ``variant="auto"`` runs. ``options`` holds the planner options the row was measured with (JSON:
-``{"split": false}`` for split_row's one-program-per-row form). ``kernels.auto`` reads the table:
+``{"split": false}`` for split_row's one-program-per-row form). ``kernels.autotune`` reads the table:
 ``auto`` takes the fastest entry, ``split_row`` without a configuration takes its own.
 """
 
