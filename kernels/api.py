@@ -21,7 +21,7 @@ from . import ops, vocab_parallel
 from .autograd import gradient_for, keep_for_backward
 from .autotune import VARIANTS, plan_problem
 from .launch import Plan
-from .ops import CallOptions
+from .ops import CallOptions, call_options
 from .problem import build_problem, check_block_size, check_num_warps
 
 
@@ -161,9 +161,9 @@ def entropy_loss_forward_backward(
                              variant_options)
     value, tensor, compute_grad = _grad_output_args(grad_output)
     vocab_parallel.check_call(group, variant, tp_design)
-    result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, CallOptions(
+    result, grad = ops.call_forward_backward(logits, target, loss_mask, tensor, value, call_options((
         compute_grad, loss, target_format, ignore_index, variant, block_size, num_warps, options, validate, tp_design,
-        group))
+        group)))
     return result, (grad if compute_grad else None)
 
 

@@ -16,6 +16,7 @@ costs a call twice the host time of a ``Library`` operator on the H100 machine (
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import NamedTuple
 
@@ -73,6 +74,10 @@ class CallOptions(NamedTuple):
 
     def variant_options(self) -> dict:
         return json.loads(self.options) if self.options else {}
+
+
+# CallOptions from one tuple of all its fields, with no Python frame (NamedTuple's __new__ is one): for the hot path.
+call_options = functools.partial(tuple.__new__, CallOptions)
 
 
 def _forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output, *call):
