@@ -491,9 +491,11 @@ def _check_design(tp_design) -> str:
 def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output: float, call):
     """The operator's implementation (``call``: a :class:`kernels.ops.CallOptions` with its group): (loss, grad) on
     this rank (an empty grad when compute_grad is false)."""
-    key = call_key(logits, target, loss_mask, grad_output_tensor, call)
-    template = TEMPLATES.get(key)
     group = call.group
+    # keyed by the group's name, not the object: a cache entry must not keep a destroyed process group alive until the
+    # interpreter exits (gloo's destructor then aborted a CPU rank: "terminate called without an active exception")
+    key = call_key(logits, target, loss_mask, grad_output_tensor, call._replace(group=group.group_name))
+    template = TEMPLATES.get(key)
     grad_value = (grad_output_tensor if grad_output_tensor is not None
                   else (grad_output if call.compute_grad else None))
     if template:

@@ -703,7 +703,9 @@ def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floor
                ("autograd step, one thread", "floor: Function handing back an allocated gradient, apply + .backward() "
                 "in set_multithreading_enabled(False)", 51.0),
                ("autograd step, one thread", "entropy_loss(...).backward() cross_entropy/labels in "
-                "set_multithreading_enabled(False)", 88.0)]
+                "set_multithreading_enabled(False)", 88.0),
+               ("autograd step, one thread per step", "entropy_loss(...).backward() cross_entropy/labels in "
+                "set_multithreading_enabled(False) entered per step", 150.0)]
     pd.DataFrame(pieces, columns=["group", "piece", "us_per_call"]).assign(calls=500).to_csv(
         gpu_dir / "host_overhead.csv", index=False)
     (gpu_dir / "host_overhead.json").write_text('{"gpu_name": "NVIDIA H100 80GB HBM3", "timestamp_utc": '
@@ -717,6 +719,7 @@ def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floor
     line = summary.host_overhead_line(gpu_dir)
     assert "its autograd form 210–300 (7.0–15.0× the public call's)" in line
     assert "`F.cross_entropy(...).backward()` step 217" in line and "`x.float().sum().backward()` 171" in line
-    assert "the labels CE autograd step costs 88 and the hand-back floor 51" in line
+    assert "the labels CE autograd step costs 88 and the hand-back floor 51" in line  # entered once, not per step
+    assert "entered per step | 150 |" in text
     assert "| PyTorch's floor: Function handing back an allocated gradient, apply + .backward() in " \
            "set\\_multithreading\\_enabled(False) | 51.0 |" in text  # Markdown-escaped underscores

@@ -278,10 +278,13 @@ def _host_pieces(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, df[~per_loss][["group", "piece", "us_per_call"]]
 
 
-ONE_THREAD = "autograd step, one thread"  # host_overhead.csv's group of steps in set_multithreading_enabled(False)
+# host_overhead.csv's groups of steps timed inside set_multithreading_enabled(False): entered once around the calls,
+# and entered again at every step
+ONE_THREAD, ONE_THREAD_PER_STEP = "autograd step, one thread", "autograd step, one thread per step"
 
 
-def host_overhead_table(gpu_dir: Path, groups=("autograd step", ONE_THREAD, "public call")) -> str | None:
+def host_overhead_table(gpu_dir: Path, groups=("autograd step", ONE_THREAD, ONE_THREAD_PER_STEP, "public call")
+                        ) -> str | None:
     """What a repeated call costs the host, piece by piece (``host_overhead.csv``), as Markdown: the public call and
     its autograd form per loss (µs per call), then the other pieces of ``groups`` (by default the autograd step's
     parts and PyTorch's floors, e.g. ``x.float().sum().backward()``; every group with ``groups=None``), then where the
@@ -326,7 +329,8 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
         return per_loss.loc[name] if name in per_loss.index else pd.Series(dtype=float)
 
     def other(contains: str, group: str | None = None) -> float | None:
-        rows = others[others["group"] == group] if group else others[others["group"] != ONE_THREAD]
+        rows = (others[others["group"] == group] if group
+                else others[~others["group"].isin((ONE_THREAD, ONE_THREAD_PER_STEP))])
         found = rows[rows["piece"].str.contains(contains, regex=False)]["us_per_call"]
         return float(found.iloc[0]) if len(found) else None
 
@@ -352,9 +356,9 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
         parts.append("against " + ", ".join(f"{what} {us:.0f}" for us, what in floors))
     ours, floor = other("entropy_loss(", ONE_THREAD), other("Function handing back", ONE_THREAD)
     if ours is not None and floor is not None:  # the engine's hand-over to its device thread, switched off
-        parts.append(f"with the engine's multithreading off (`torch.autograd.set_multithreading_enabled(False)`, "
-                     f"which runs a CUDA backward on the calling thread) the labels CE autograd step costs {ours:.0f} "
-                     f"and the hand-back floor {floor:.0f}")
+        parts.append(f"with the engine's multithreading off around the calls "
+                     f"(`torch.autograd.set_multithreading_enabled(False)`, which runs a CUDA backward on the calling "
+                     f"thread) the labels CE autograd step costs {ours:.0f} and the hand-back floor {floor:.0f}")
     return ("Host µs per call: " + "; ".join(parts) + ".") if parts else None
 
 

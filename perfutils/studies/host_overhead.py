@@ -192,15 +192,28 @@ def autograd_pieces(leaf, labels) -> list[tuple[str, str, Callable[[], object]]]
          lambda: ops.call_scale_gradient_(grad, loss)),
         *(("autograd step", name, step) for name, step in steps[:2]),
         # The engine runs a CUDA backward on its device thread: the caller wakes it and waits to be woken. PyTorch's
-        # switch runs it on the calling thread instead (thread-local; a training loop enters it once).
-        *(("autograd step, one thread", f"{name} in set_multithreading_enabled(False)", single_threaded(step))
+        # switch runs it on the calling thread instead (thread-local): entered once around the timed calls, as a
+        # training loop would, and entered again at every step.
+        *(("autograd step, one thread", f"{name} in set_multithreading_enabled(False)", OneThread(step))
           for name, step in steps),
+        *(("autograd step, one thread per step", f"{name} in set_multithreading_enabled(False) entered per step",
+           switched_per_step(step)) for name, step in steps),
     ]
 
 
-def single_threaded(step: Callable[[], object]) -> Callable[[], object]:
-    """``step`` with the autograd engine's multithreading off while it runs (``wall_us`` times calls of it; the
-    switch's own cost, a context manager, is in the time: an upper bound of a loop that enters it once)."""
+class OneThread:
+    """A step that :func:`measure` times with the autograd engine's multithreading off around all its calls."""
+
+    def __init__(self, step: Callable[[], object]):
+        self.step = step
+
+    def __call__(self):
+        return self.step()
+
+
+def switched_per_step(step: Callable[[], object]) -> Callable[[], object]:
+    """``step`` that turns the engine's multithreading off for its own duration only (the switch's cost, a context
+    manager, is in the time)."""
     import torch
 
     def run():
@@ -249,7 +262,12 @@ def measure(out: str = "data", overwrite: bool = False):
     records = []
     for group, name, call in pieces():
         calls = 500 if group == "public call" else 2000
-        records.append({"group": group, "piece": name, "us_per_call": wall_us(call, calls=calls), "calls": calls})
+        if isinstance(call, OneThread):
+            with torch.autograd.set_multithreading_enabled(False):
+                us = wall_us(call, calls=calls)
+        else:
+            us = wall_us(call, calls=calls)
+        records.append({"group": group, "piece": name, "us_per_call": us, "calls": calls})
         print(f"{group:14s} {name:75s} {records[-1]['us_per_call']:8.1f} us", flush=True)
     frame = pd.DataFrame(records)
     write_table(frame, path, collect_metadata({"study": "host_overhead", "problem": "8 x 32000 bf16"}),
