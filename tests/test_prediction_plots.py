@@ -101,3 +101,6 @@ def test_sidecar_dates(tmp_path):
     assert pp.sidecar_dates(tmp_path, ["a", "b", "a"]) == "2026-11-22 to 2026-11-26"
     assert pp.sidecar_dates(tmp_path, ["a"]) == "2026-11-22"
     assert pp.sidecar_dates(tmp_path, ["missing"]) is None
+    (tmp_path / "c.json").write_text(json.dumps({"timestamp_utc": "2026-11-23T10:00:00Z", "sessions": [
+        {"timestamp_utc": "2026-11-23T10:00:00Z"}, {"timestamp_utc": "2026-11-28T01:49:37Z"}]}))
+    assert pp.sidecar_dates(tmp_path, ["c"]) == "2026-11-23 to 2026-11-28"  # rows added by a later process count

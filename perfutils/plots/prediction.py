@@ -35,15 +35,16 @@ _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 def sidecar_dates(folder, studies) -> str | None:
-    """The days (UTC) the sidecars ``<folder>/<study>.json`` of ``studies`` were recorded: one day, or
-    "first to last"; None when none has a time."""
+    """The days (UTC) the sidecars ``<folder>/<study>.json`` of ``studies`` were recorded, counting every process
+    that added rows (a sidecar's ``sessions``): one day, or "first to last"; None when none has a time."""
     days = []
     for study in sorted(set(studies)):
         path = Path(folder) / f"{study}.json"
         if path.is_file():
-            stamp = json.loads(path.read_text(encoding="utf-8")).get("timestamp_utc")
-            if stamp:
-                days.append(str(stamp)[:10])
+            meta = json.loads(path.read_text(encoding="utf-8"))
+            sessions = [session for session in meta.get("sessions") or [] if isinstance(session, dict)]
+            stamps = [meta.get("timestamp_utc")] + [session.get("timestamp_utc") for session in sessions]
+            days += [str(stamp)[:10] for stamp in stamps if stamp]
     if not days:
         return None
     days.sort()
