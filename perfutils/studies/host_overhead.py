@@ -16,6 +16,7 @@ import statistics
 from typing import Callable
 
 _KEEP_ALIVE: list = []
+ONE_THREAD = "autograd step, one thread"  # timed with the engine's multithreading off around all of its calls
 LOSS_FORMATS = (("cross_entropy", "labels"), ("cross_entropy", "logits"), ("forward_kl", "logits"),
                 ("reverse_kl", "logits"))
 
@@ -194,21 +195,10 @@ def autograd_pieces(leaf, labels) -> list[tuple[str, str, Callable[[], object]]]
         # The engine runs a CUDA backward on its device thread: the caller wakes it and waits to be woken. PyTorch's
         # switch runs it on the calling thread instead (thread-local): entered once around the timed calls, as a
         # training loop would, and entered again at every step.
-        *(("autograd step, one thread", f"{name} in set_multithreading_enabled(False)", OneThread(step))
-          for name, step in steps),
+        *((ONE_THREAD, f"{name} in set_multithreading_enabled(False)", step) for name, step in steps),
         *(("autograd step, one thread per step", f"{name} in set_multithreading_enabled(False) entered per step",
            switched_per_step(step)) for name, step in steps),
     ]
-
-
-class OneThread:
-    """A step that :func:`measure` times with the autograd engine's multithreading off around all its calls."""
-
-    def __init__(self, step: Callable[[], object]):
-        self.step = step
-
-    def __call__(self):
-        return self.step()
 
 
 def switched_per_step(step: Callable[[], object]) -> Callable[[], object]:
@@ -262,7 +252,7 @@ def measure(out: str = "data", overwrite: bool = False):
     records = []
     for group, name, call in pieces():
         calls = 500 if group == "public call" else 2000
-        if isinstance(call, OneThread):
+        if group == ONE_THREAD:
             with torch.autograd.set_multithreading_enabled(False):
                 us = wall_us(call, calls=calls)
         else:
