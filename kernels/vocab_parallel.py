@@ -28,20 +28,23 @@ of the gradient (see :func:`bytes_per_rank`): cross-entropy from labels 6 (all_g
 the target-distribution losses 10 or 6 vs 6.
 
 Host side: the first call of a shape (and options) on a group checks, on the host, that every rank makes the same
-call (one ``all_gather_object``: shapes, dtypes, loss, options, a ValueError naming what differs) and builds the
-launches; later calls fill a stored template (:mod:`kernels.dispatch`), launch the compiled kernels directly, and
-nothing in them synchronizes with the host. The first call must not be inside a CUDA-graph capture (it compiles,
-allocates symmetric memory and talks to the peers); later calls can be captured. All calls of one group must come
-from one stream per rank (like NCCL's). ``validate=True`` also checks on the host, each call, that every rank makes
-the same call, that labels lie in [0, V) and that labels, loss_mask and grad_output are the same on every rank (a
-ValueError on every rank; a few collectives and a sync).
+call (through the group's key-value store, not a collective: shapes, dtypes, loss, options, a ValueError naming what
+differs) and builds the launches; later calls fill a stored template (:mod:`kernels.dispatch`), launch the compiled
+kernels directly, and nothing in them synchronizes with the host. The first call must not be inside a CUDA-graph
+capture (it compiles, allocates symmetric memory and talks to the peers); later calls can be captured. All calls of one
+group must come from one stream per rank (like NCCL's). ``validate=True`` also checks on the host, each call, that
+every rank makes the same call, that labels lie in [0, V) and that labels, loss_mask and grad_output are the same on
+every rank (a ValueError on every rank; a few collectives and a sync).
 
-What a default call does not catch: once a call is cached on a rank it is not checked across the ranks again (that
-would take host communication every call). A rank whose call differs from its cached peers' (another
-ignore_index, say) makes a first call that the others do not join: under gloo the collectives no longer match and
-the process group fails; under NCCL it waits for its process-group timeout. Differing labels, loss_mask or
-grad_output values in cached calls give a wrong loss (a row two ranks count differently gives NaN). Call with
-``validate=True`` while a training set-up is new, or whenever ranks may disagree.
+Ranks whose calls differ once a call is cached: a cached call is not checked across the ranks again (that would take
+host communication every call). A rank whose call is new (another ignore_index, say) while its peers' calls are cached
+waits for their signatures in the store, up to the group's timeout, and then raises a ValueError naming what differs
+from their last checked call; it starts no collective they do not join. Under gloo the cached ranks' collective fails
+after the same timeout and they raise the same ValueError. Under NCCL their collective is asynchronous: nothing raises
+on them, and NCCL's watchdog ends them at the group's timeout (the symmetric design's kernel gives up after
+``timeout_s`` with a device-side assert). Differing labels, loss_mask or grad_output values in cached calls give a
+wrong loss (a row two ranks count differently gives NaN). Call with ``validate=True`` while a training set-up is new,
+or whenever ranks may disagree.
 
 torch.compile: the calls go through the operator ``torch.ops.fused_loss.vocab_parallel_forward_backward``
 (registered in :mod:`kernels.ops` with the others; the group travels by name); its collectives run inside the
@@ -54,7 +57,9 @@ import functools
 import json
 import math
 import socket
+import weakref
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable
 
 import torch
@@ -152,16 +157,16 @@ def call_signature(vp: VocabParallelProblem, design: str, config: tuple) -> dict
 
 
 def check_same_call(vp: VocabParallelProblem, signature: dict) -> set[str]:
-    """Every rank's signature (one ``all_gather_object``): a ValueError on every rank naming what differs; returns
-    the host names of the ranks (the symmetric design needs one host)."""
+    """Every rank's signature: a ValueError on every rank naming what differs; returns the host names of the ranks (the
+    symmetric design needs one host)."""
     mine = dict(signature, host=socket.gethostname())
-    everyone: list = [None] * vp.world_size
-    dist.all_gather_object(everyone, mine, group=vp.group)
-    differences = []
-    for name in signature:
-        values = [entry[name] for entry in everyone]
-        if any(value != values[0] for value in values):
-            differences.append(f"{name}: " + ", ".join(f"rank {rank} {value!r}" for rank, value in enumerate(values)))
+    store, timeout_s = group_store(vp.group)
+    if store is None:  # a torch that keeps the group's store elsewhere: one collective, as before
+        everyone: list = [None] * vp.world_size
+        dist.all_gather_object(everyone, mine, group=vp.group)
+    else:
+        everyone = _exchange_signatures(vp, store, timeout_s, mine)
+    differences = signature_differences([{name: entry[name] for name in signature} for entry in everyone])
     if differences:
         raise ValueError(
             "the ranks of the group made different vocab-parallel loss calls (every rank holds its slice of the same "
@@ -169,6 +174,95 @@ def check_same_call(vp: VocabParallelProblem, signature: dict) -> set[str]:
             "by tp): " + "; ".join(differences)
         )
     return {entry["host"] for entry in everyone}
+
+
+# How many calls this rank has checked on a group: the count names the store keys of the next check. Every rank checks
+# the same calls in the same order, so the counts agree. Weak keys: an entry must not keep a destroyed group alive.
+_CHECKED_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def group_store(group) -> tuple[Any, float | None]:
+    """(the group's key-value store, the group's timeout in seconds), or (None, None) where this torch keeps them
+    elsewhere."""
+    try:
+        store = dist.distributed_c10d._get_process_group_store(group)
+    except (AttributeError, KeyError, RuntimeError):
+        return None, None
+    timeout = store.timeout
+    for device_type in ("cuda", "cpu"):  # the backend's own timeout (a group may have another than the store's)
+        try:
+            timeout = group._get_backend(torch.device(device_type)).options._timeout
+            break
+        except (AttributeError, RuntimeError):
+            continue
+    return store, timeout.total_seconds()
+
+
+def _signature_key(count: int, rank: int) -> str:
+    return f"fused_loss/vocab_parallel_call/{count}/{rank}"
+
+
+def _exchange_signatures(vp: VocabParallelProblem, store, timeout_s: float, mine: dict) -> list[dict]:
+    """Every rank's signature through the store: post this rank's, wait for the others' (bounded by the group's
+    timeout). No collective, so a rank whose peers' calls are cached raises here instead of starting a collective they
+    never join."""
+    mine = json.loads(json.dumps(mine, default=str))  # as the store gives it back (tuples become lists)
+    count = _CHECKED_CALLS.get(vp.group, 0)
+    _CHECKED_CALLS[vp.group] = count + 1
+    keys = [_signature_key(count, rank) for rank in range(vp.world_size)]
+    store.set(keys[vp.rank], json.dumps(mine, default=str))
+    try:
+        store.wait(keys, timedelta(seconds=timeout_s))
+    except RuntimeError as error:
+        absent = [rank for rank, key in enumerate(keys) if not store.check([key])]
+        entries = [_read_signature(store, _signature_key(count - 1, rank)) if rank in absent else mine
+                   for rank in range(vp.world_size)]
+        known = all(entry is not None for entry in entries)
+        differences = signature_differences([{name: entry[name] for name in mine if name != "host"}
+                                             for entry in entries]) if known else []
+        raise ValueError(
+            f"the ranks of the group made different vocab-parallel loss calls: rank(s) {absent} did not make this call "
+            f"within the group's timeout ({timeout_s:g} s); their calls are cached with other arguments, or they are "
+            "elsewhere. " + ("Their last checked call differs: " + "; ".join(differences) if differences
+                             else "This rank's call: " + json.dumps(mine, default=str))
+        ) from error
+    if count >= 2:  # every rank has read the keys of two checks ago (it posted the last check's after reading them)
+        store.delete_key(_signature_key(count - 2, vp.rank))
+    return [json.loads(store.get(key)) for key in keys]
+
+
+def _read_signature(store, key: str) -> dict | None:
+    return json.loads(store.get(key)) if store.check([key]) else None
+
+
+def signature_differences(entries: list[dict]) -> list[str]:
+    """'name: rank 0 value, rank 1 value' for every signature entry on which the ranks differ."""
+    differences = []
+    for name in entries[0]:
+        values = [entry[name] for entry in entries]
+        if any(value != values[0] for value in values):
+            differences.append(f"{name}: " + ", ".join(f"rank {rank} {value!r}" for rank, value in enumerate(values)))
+    return differences
+
+
+def peer_made_another_call(vp: VocabParallelProblem, signature: dict) -> ValueError | None:
+    """Why this rank's cached call failed in its collective, when a peer posted a new call's signature that this rank
+    did not make (see :func:`_exchange_signatures`): the ValueError naming what differs, else None."""
+    store, _timeout = group_store(vp.group)
+    if store is None:
+        return None
+    count = _CHECKED_CALLS.get(vp.group, 0)
+    posted = {rank: _read_signature(store, _signature_key(count, rank)) for rank in range(vp.world_size)
+              if rank != vp.rank}
+    if not any(posted.values()):
+        return None
+    mine = json.loads(json.dumps(signature, default=str))  # compared as the store holds them
+    entries = [{name: (posted.get(rank) or mine)[name] for name in mine} for rank in range(vp.world_size)]
+    return ValueError(
+        "the ranks of the group made different vocab-parallel loss calls: rank(s) "
+        f"{[rank for rank, entry in posted.items() if entry]} made a call that this rank did not (this rank's call was "
+        "cached, so its collective ran alone): " + "; ".join(signature_differences(entries) or ["(no difference named)"])
+    )
 
 
 def check_labels_and_mask(vp: VocabParallelProblem) -> None:
@@ -506,7 +600,10 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
             agree_on_call(vp, call.tp_design, call.block_size, call.num_warps, call.variant_options(), again=True)
             check_labels_and_mask(vp)
         tensors = call_tensors(logits, target, call.target_format, loss_mask, grad_output_tensor)
-        result, grad = template.run(*tensors, float(grad_output))
+        try:
+            result, grad = template.run(*tensors, float(grad_output))
+        except RuntimeError as error:  # a peer that made another call (no cost until then: try is free)
+            raise _explained(error, logits, target, loss_mask, grad_value, call)
         return result, (grad if grad is not None else logits.new_empty(0))
     if logits.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("the first vocab-parallel call of a shape cannot be captured in a CUDA graph (it compiles, "
@@ -518,7 +615,10 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
                    **call.variant_options())
     if plan.design == "symmetric" and template is False:  # a first call: every rank has compiled the kernel that
         group_barrier(group, logits.device)  # waits for its peers; start them together
-    result, grad = plan.run()
+    try:
+        result, grad = plan.run()
+    except RuntimeError as error:
+        raise _explained(error, logits, target, loss_mask, grad_value, call)
     if template is False and not (logits.is_cuda and torch.cuda.is_current_stream_capturing()):
         TEMPLATES.put(key, make_template(plan.problem, plan))
     return result, (grad if grad is not None else logits.new_empty(0))
@@ -526,17 +626,34 @@ def forward_backward(logits, target, loss_mask, grad_output_tensor, grad_output:
 
 def agree_on_call(vp: VocabParallelProblem, tp_design: str, block_size, num_warps, options: dict, *,
                   again: bool) -> set[str]:
-    """Check that every rank makes this call (collective; a ValueError on every rank naming what differs), once per
-    call signature, or ``again`` (validate=True: every call, so that a rank whose call is cached and one whose call is
-    new still run the same collectives). Returns the ranks' host names."""
-    config = (block_size, num_warps, json.dumps(options, sort_keys=True, default=str))
-    signature = call_signature(vp, tp_design, config)
+    """Check that every rank makes this call (a ValueError on every rank naming what differs), once per call
+    signature, or ``again`` (validate=True: every call, so that a rank whose call is cached and one whose call is new
+    still check together). Returns the ranks' host names."""
+    signature = full_signature(vp, tp_design, block_size, num_warps, options)
     agreed = (vp.group.group_name, json.dumps(signature, sort_keys=True, default=str))
     hosts = None if again else _HOSTS.get(agreed, None)
     if hosts is None:
         hosts = check_same_call(vp, signature)
         _HOSTS.put(agreed, hosts)
     return hosts
+
+
+def full_signature(vp: VocabParallelProblem, tp_design: str, block_size, num_warps, options: dict) -> dict:
+    return call_signature(vp, tp_design, (block_size, num_warps, json.dumps(options, sort_keys=True, default=str)))
+
+
+def _explained(error: RuntimeError, logits, target, loss_mask, grad_value, call) -> Exception:
+    """A call's collective failed: the ValueError naming what differs when a peer made another call (caused by
+    ``error``), else ``error`` itself."""
+    vp = build_vocab_parallel_problem(logits, target, group=call.group, loss=call.loss,
+                                      target_format=call.target_format, grad_output=grad_value,
+                                      ignore_index=call.ignore_index, loss_mask=loss_mask)
+    signature = full_signature(vp, call.tp_design, call.block_size, call.num_warps, call.variant_options())
+    explained = peer_made_another_call(vp, signature)
+    if explained is None:
+        return error
+    explained.__cause__ = error
+    return explained
 
 
 def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format: str = "labels",

@@ -80,7 +80,7 @@ def _cases() -> list[dict]:
 CASES = _cases()
 ERROR_CASES = ("vocab_differs", "labels_differ", "label_out_of_range", "variant_with_group", "mask_differs",
                "grad_output_differs", "ignore_index_differs_after_a_cached_call", "bad_row_reverse_kl") + (
-    () if ON_GPUS else ("peer_never_calls",))
+    () if ON_GPUS else ("peer_never_calls", "a_new_call_meets_a_cached_one"))
 
 
 def _inputs(case: dict, seed: int, device):
@@ -222,6 +222,13 @@ def _error_case(name: str, rank: int, group, device) -> str:
                                                   grad_output=1.0 + rank)
         elif name == "ignore_index_differs_after_a_cached_call":  # rank 0's call is cached, rank 1's is new
             call = dict(group=group, tp_design="all_gather", validate=True)
+            kernels.entropy_loss_forward_backward(logits, labels, **call)
+            kernels.entropy_loss_forward_backward(logits, labels, ignore_index=-100 if rank == 0 else 3, **call)
+        elif name == "a_new_call_meets_a_cached_one":  # no validate: rank 0's call is cached, rank 1's is new
+            import torch.distributed as dist
+
+            short = dist.new_group(list(range(WORLD)), timeout=timedelta(seconds=3))  # the wait that bounds it
+            call = dict(group=short, tp_design="all_gather")
             kernels.entropy_loss_forward_backward(logits, labels, **call)
             kernels.entropy_loss_forward_backward(logits, labels, ignore_index=-100 if rank == 0 else 3, **call)
         elif name == "bad_row_reverse_kl":  # a NaN in rank 0's slice of row 1: NaN loss, NaN gradient row everywhere
@@ -368,6 +375,16 @@ def test_ranks_that_disagree_on_a_row_give_nan_not_a_stale_value(job):
 def test_peer_that_never_calls_times_out(job):
     text = job[(0, "peer_never_calls")]["error_text"]
     assert "vocab-parallel exchange timed out" in text, text
+
+
+@pytest.mark.skipif(ON_GPUS, reason="under NCCL the cached rank's collective is asynchronous: its watchdog ends it")
+def test_a_new_call_beside_cached_ones_raises_on_every_rank_without_a_collective(job):
+    """Without validate=True: rank 1's call is new, rank 0's is cached (it runs its all-gather alone). Rank 1 waits for
+    rank 0's signature in the store (bounded by the group's timeout) instead of starting a collective rank 0 does not
+    join; rank 0's collective times out. Both raise the ValueError naming what differs (no abort, no hang)."""
+    for rank in range(WORLD):
+        text = job[(rank, "a_new_call_meets_a_cached_one")]["error_text"]
+        assert text.startswith("ValueError") and "ignore_index: rank 0 -100, rank 1 3" in text, f"rank {rank}: {text!r}"
 
 
 def test_job_time_is_modest(job):
