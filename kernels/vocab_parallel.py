@@ -252,8 +252,11 @@ def peer_made_another_call(vp: VocabParallelProblem, signature: dict) -> ValueEr
     if store is None:
         return None
     count = _CHECKED_CALLS.get(vp.group, 0)
-    posted = {rank: _read_signature(store, _signature_key(count, rank)) for rank in range(vp.world_size)
-              if rank != vp.rank}
+    try:
+        posted = {rank: _read_signature(store, _signature_key(count, rank)) for rank in range(vp.world_size)
+                  if rank != vp.rank}
+    except RuntimeError:  # the store is gone too (a peer's exit): nothing to add to the collective's own error
+        return None
     if not any(posted.values()):
         return None
     mine = json.loads(json.dumps(signature, default=str))  # compared as the store holds them
