@@ -13,6 +13,7 @@ block-size sweep, predicted by the model from that configuration's recorded comp
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import json
@@ -28,7 +29,8 @@ from .model.roofline import loss_cost
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
-           "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live"]
+           "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live", "constexpr_defaults",
+           "fold_constexprs", "folded_switches"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class PathStep:
     records: tuple = ()  # (Pick, ...) of registers/profiler studies
     logs: tuple = ()  # (LogExcerpt, ...)
     diff_from: tuple | None = None  # ("kernels.split_row", "split_row_cooperative_kernel")
+    fold: tuple = ()  # constexpr switches of later work, fixed at their defaults before diffing (fold_constexprs)
 
     @property
     def measured(self) -> bool:
@@ -166,6 +169,7 @@ STEPS: tuple[PathStep, ...] = (
              after=Pick("split_row_tuning", RKL + (("vocab", 131072),), fastest=True),
              before=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              diff_from=("kernels.split_row", "split_row_cooperative_kernel"),
+             fold=("PEEL", "VEC", "PREFETCH", "READ_AHEAD", "FAST_MATH"),
              logs=(LogExcerpt("ncu_split_row_2026-11-22.txt", "=== reverse_kl logits 131072",
                               ("_kernel (", "DRAM Throughput", "Duration", "Achieved Occupancy"), 4),
                    LogExcerpt("ncu_lagged_stalls_2026-11-26.txt", "# Reading:", ("# ",), 11))),
@@ -342,15 +346,27 @@ def _source(fn) -> str:
 
 
 def step_diff(step: PathStep, context: int = 1) -> str | None:
-    """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files
-    (None for a step that shows its functions whole)."""
+    """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files,
+    with the switches ``step.fold`` fixed at their defaults on both sides (None for a step that shows its functions
+    whole)."""
     if step.diff_from is None:
         return None
     module, name = step.diff_from
-    old = _source(getattr(importlib.import_module(module), name)).splitlines()
-    new = _source(step_functions(step)[0]).splitlines()
-    return "\n".join(difflib.unified_diff(old, new, f"{module}.{name}",
+    old = _source(getattr(importlib.import_module(module), name))
+    new = _source(step_functions(step)[0])
+    if step.fold:
+        new = fold_constexprs(new, step.fold)
+        old = fold_constexprs(old, [n for n in step.fold if n in constexpr_defaults(old)])
+    return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{module}.{name}",
                                           f"{step.functions[0][0]}.{step.functions[0][1]}", lineterm="", n=context))
+
+
+def folded_switches(step: PathStep) -> dict:
+    """The switches ``step.fold`` with the defaults its diff fixes them at ({} for a step that folds none)."""
+    if not step.fold:
+        return {}
+    defaults = constexpr_defaults(_source(step_functions(step)[0]))
+    return {name: defaults[name] for name in step.fold}
 
 
 # What a page shows of each evidence study: (column, heading), in order.
@@ -537,3 +553,161 @@ def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
         out.loc[hit, "pct_of_copy"] = row.pct_of_copy
         out.loc[hit, "source"] = f"measured now ({LIVE_STUDY}.csv)"
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rendering: a kernel's compile-time switches folded at their defaults, so that a diff shows the design change
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Unknown(Exception):
+    """An expression whose value depends on more than the folded switches."""
+
+
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+            ast.Gt: lambda a, b: a > b, ast.LtE: lambda a, b: a <= b, ast.GtE: lambda a, b: a >= b}
+
+
+def _value(node: ast.AST, values: dict):
+    """The value of ``node`` when the names of ``values`` are those values (``_Unknown`` if it needs any other)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in values:
+        return values[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _value(node.operand, values)
+    if isinstance(node, ast.BoolOp):  # a known False in an `and` (True in an `or`) decides it alone
+        decides = isinstance(node.op, ast.Or)
+        known = []
+        for operand in node.values:
+            try:
+                known.append(bool(_value(operand, values)))
+            except _Unknown:
+                continue
+        if decides in known:
+            return decides
+        if len(known) < len(node.values):
+            raise _Unknown
+        return not decides
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_value(node.left, values), _value(node.right, values))
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        return _COMPARE[type(node.ops[0])](_value(node.left, values), _value(node.comparators[0], values))
+    raise _Unknown
+
+
+def _known(node: ast.AST, values: dict) -> bool:
+    try:
+        _value(node, values)
+        return True
+    except _Unknown:
+        return False
+
+
+def constexpr_defaults(source: str) -> dict:
+    """The ``tl.constexpr`` parameters of the function in ``source`` that have a default: {name: default}."""
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef))
+    args = fn.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(fn.args.defaults):]], fn.args.defaults))
+    return {a.arg: ast.literal_eval(defaults[a.arg]) for a in args
+            if a.arg in defaults and a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _lines(lines: list, first: int, last: int, dedent: int) -> list:
+    """Lines ``first``..``last`` (1-based, inclusive), ``dedent`` spaces less indented."""
+    return [line[dedent:] if line[:dedent].strip() == "" else line for line in lines[first - 1:last]]
+
+
+def _if_edit(node: ast.If, lines: list, values: dict):
+    """(first, last, new lines) replacing an ``if`` on a folded switch by the branch it takes."""
+    take = bool(_value(node.test, values))
+    head = _indent(lines[node.lineno - 1])
+    body_first = node.test.end_lineno + 1
+    if take:
+        first, last = body_first, node.body[-1].end_lineno
+    elif not node.orelse:
+        return node.lineno, node.end_lineno, []
+    elif lines[node.orelse[0].lineno - 1].lstrip().startswith("elif"):  # the elif becomes the if
+        elif_line = lines[node.orelse[0].lineno - 1]
+        new = [elif_line.replace("elif", "if", 1)] + lines[node.orelse[0].lineno:node.end_lineno]
+        return node.lineno, node.end_lineno, new
+    else:
+        first = next(i for i in range(node.body[-1].end_lineno + 1, node.orelse[0].lineno + 1)
+                     if lines[i - 1].strip().startswith("else")) + 1
+        last = node.orelse[-1].end_lineno
+    inner = _indent(lines[(node.body if take else node.orelse)[0].lineno - 1])
+    return node.lineno, node.end_lineno, _lines(lines, first, last, inner - head)
+
+
+def _expression_edit(tree: ast.AST, lines: list, values: dict):
+    """(line, line, [line]) with the outermost one-line expression that uses a folded switch replaced by its value
+    (an ``and`` keeps its unknown operands); None when no such expression is left."""
+    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    for name in (n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in values
+                 and isinstance(n.ctx, ast.Load)):
+        node = name
+        while isinstance(parents.get(node), ast.expr) and _known(parents[node], values):
+            node = parents[node]
+        parent = parents.get(node)
+        if isinstance(parent, ast.BoolOp):  # `SWITCH and rest`: the rest, when the switch does not decide it
+            node, kept = parent, [v for v in parent.values if not _known(v, values)]
+            text = f" {'and' if isinstance(parent.op, ast.And) else 'or'} ".join(ast.get_source_segment(
+                "\n".join(lines), v) for v in kept)
+        else:
+            value = _value(node, values)
+            text = repr(int(value) if isinstance(value, bool) and isinstance(parent, ast.BinOp) else value)
+        if node.lineno != node.end_lineno:
+            continue
+        line = lines[node.lineno - 1]
+        encoded = line.encode()
+        new = (encoded[:node.col_offset] + text.encode() + encoded[node.end_col_offset:]).decode()
+        return node.lineno, node.lineno, [new]
+    return None
+
+
+def _next_edit(source: str, values: dict):
+    """The first edit that folds ``values`` further into ``source``: (first line, last line, new lines) or None."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    for arg in fn.args.args:  # the switch's own parameter line
+        if arg.arg in values and lines[arg.lineno - 1].strip().startswith(arg.arg):
+            return arg.lineno, arg.lineno, []
+    docstring = fn.body[0] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else None
+    for index, line in enumerate(lines, start=1):
+        text = line.strip()
+        in_doc = docstring is not None and docstring.lineno < index <= docstring.end_lineno
+        about = next((name for name in values if text.startswith((f"{name}:", f"# {name}:"))), None)
+        if about is None or (not in_doc and not text.startswith("#")):
+            continue
+        last = index  # the paragraph (docstring) or the comment block that explains the switch
+        while last < len(lines) and (lines[last].strip() if in_doc else lines[last].strip().startswith("#")) \
+                and not (in_doc and last + 1 == docstring.end_lineno and lines[last].strip() == '"""'):
+            last += 1
+        first = index - 1 if in_doc and index > 1 and lines[index - 2].strip() == "" else index
+        return first, last, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _known(node.test, values):
+            return _if_edit(node, lines, values)
+    return _expression_edit(tree, lines, values)
+
+
+def fold_constexprs(source: str, names) -> str:
+    """``source`` (one function) with the ``tl.constexpr`` switches ``names`` fixed at their defaults: their parameter
+    lines, docstring paragraphs and comment blocks (starting ``NAME:``) dropped, each ``if`` on them replaced by the
+    branch it takes, the expressions that use them replaced by their values. The result is still Python (and
+    compiles the same kernel for those defaults); a name that is not a defaulted constexpr is a ValueError."""
+    defaults = constexpr_defaults(source)
+    missing = [name for name in names if name not in defaults]
+    if missing:
+        raise ValueError(f"not a tl.constexpr parameter with a default: {missing} (have {sorted(defaults)})")
+    values = {name: defaults[name] for name in names}
+    while (edit := _next_edit(source, values)) is not None:
+        first, last, new = edit
+        lines = source.splitlines()
+        source = "\n".join(lines[:first - 1] + new + lines[last:]) + "\n"
+    return source

@@ -87,7 +87,7 @@ def test_lagged_step_shows_its_diff_from_the_wait_kernel_rendered_from_the_sourc
     diff = lp.step_diff(lagged)
     assert diff.startswith("--- kernels.split_row.split_row_cooperative_kernel")
     added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    new = kernel_source(split_row.split_row_lagged_kernel).splitlines()
+    new = lp.fold_constexprs(kernel_source(split_row.split_row_lagged_kernel), lagged.fold).splitlines()
     assert added and all(line in new for line in added)
     assert lp.step_diff(lp.STEPS[0]) is None  # a step without diff_from shows its functions whole
     steps = {s.key: s for s in lp.STEPS}
@@ -144,3 +144,84 @@ def test_measure_mode_runs_the_harness_on_a_cpu_at_a_tiny_shape(tmp_path):
     merged = lp.with_live(lp.path_frame(DATA, steps=steps), live)
     assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.startswith("measured now").all()
     assert lp.step_summary(merged, "kept")[1].startswith("Measured now: **1.000 ms**")
+
+
+FOLDABLE = '''
+@triton.jit
+def k(x_ptr, n,
+      BLOCK: tl.constexpr,
+      FAST: tl.constexpr = True,  # the fast path
+      STAGES: tl.constexpr = 0,
+):
+    """Doc.
+
+    FAST: the fast path, explained
+    over two lines.
+    """
+    # STAGES: pipelined reads
+    # (continued)
+    for i in tl.range(0, n, num_stages=STAGES + 1):
+        if FAST:
+            y = 1
+        else:
+            y = 2
+        if not FAST:  # slow only
+            y = 3
+        z = FAST and BLOCK > 4
+        w = f(y, FAST)
+'''
+
+
+def test_fold_constexprs_keeps_the_branch_taken_and_drops_the_switch():
+    folded = lp.fold_constexprs(FOLDABLE, ["FAST", "STAGES"])
+    import ast
+
+    ast.parse(folded)  # still Python
+    assert "FAST" not in folded and "STAGES" not in folded
+    assert "y = 1" in folded and "y = 2" not in folded and "y = 3" not in folded
+    assert "num_stages=1)" in folded and "z = BLOCK > 4" in folded and "w = f(y, True)" in folded
+    assert "Doc." in folded and "BLOCK: tl.constexpr," in folded
+    assert lp.constexpr_defaults(FOLDABLE) == {"FAST": True, "STAGES": 0}
+    with pytest.raises(ValueError):
+        lp.fold_constexprs(FOLDABLE, ["BLOCK"])  # no default: not a switch to fold
+
+
+def test_lagged_diff_folds_the_later_switches_at_their_defaults():
+    from kernels import split_row
+
+    from perfutils.notebook import kernel_source
+
+    lagged = next(s for s in lp.STEPS if s.key == "lagged")
+    assert lp.folded_switches(lagged) == {"PEEL": False, "VEC": 8, "PREFETCH": False, "READ_AHEAD": 0,
+                                          "FAST_MATH": True}
+    diff = lp.step_diff(lagged)
+    code = "\n".join(line.split("#")[0] for line in diff.splitlines())  # comments may still name a switch
+    for switch in lagged.fold:
+        assert switch not in code, switch
+    raw = kernel_source(split_row.split_row_lagged_kernel)
+    assert len(diff.splitlines()) < 0.85 * len(raw.splitlines())
+    for lesson in ("n_rows + behind", "wait_for_summaries", '"evict_first"', "-            while arrived < NUM_CHUNKS:"):
+        assert lesson in diff, lesson
+
+
+def test_diff_view_colours_added_and_removed_lines():
+    from perfutils.notebook import diff_view
+
+    lagged = next(s for s in lp.STEPS if s.key == "lagged")
+    html = diff_view(lp.step_diff(lagged))._repr_html_()
+    assert html.count('class="diff-added"') > 10 and html.count('class="diff-removed"') > 5
+    assert "&lt;" in html or "<" not in lp.step_diff(lagged)  # source text is escaped
+    assert diff_view("+a\n-b")._repr_markdown_() == "```diff\n+a\n-b\n```"
+
+
+def test_one_provenance_note_groups_the_data_files_by_their_code():
+    import json
+
+    from perfutils.provenance import code_notes
+
+    files = {f"{s}.csv": json.loads((DATA / f"{s}.json").read_text()) for s in ("case_497", "case_497_ablation",
+                                                                                "registers_offline")}
+    note = code_notes(files)
+    assert len(note.lines) == 2  # the two case-study files share their commit
+    assert any(line.startswith("case_497.csv and case_497_ablation.csv: commit") for line in note.lines)
+    assert note._repr_html_().count("<li>") == 2 and 'class="code-version' in note._repr_html_()
