@@ -8,7 +8,12 @@ time :mod:`perfutils.model.predict` gives from the row's non-time columns (its c
 bound and the terms; a step with no recorded row says so (``recorded_ms`` missing) instead of inventing one.
 
 :func:`knob_prediction` is what the notebook's widget drives: the fused kernel at one (tile, warps) of the recorded
-block-size sweep, predicted by the model from that configuration's recorded compile counts, beside its recorded time.
+block-size sweep, predicted by the model from that configuration's recorded compile counts, beside its recorded time;
+:func:`knob_compiled` the same configuration of today's source compiled offline for sm_90 (no GPU) and predicted from
+those counts, :func:`knob_measured` it measured now on a GPU.
+
+:func:`fold_constexprs` renders a kernel with its compile-time switches fixed at their defaults, so that a step's diff
+(:func:`step_diff`) shows the design change and not the switches later work added.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from .model.roofline import loss_cost
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
-           "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live", "constexpr_defaults",
-           "fold_constexprs", "folded_switches"]
+           "knob_compiled", "knob_measured", "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live",
+           "constexpr_defaults", "fold_constexprs", "folded_switches"]
 
 
 @dataclass(frozen=True)
@@ -435,11 +440,18 @@ def sass_excerpt(log: Path, opcodes=("STL", "LDL"), lines: int = 12) -> str:
     return "\n".join(heading + hits[:lines])
 
 
-def knob_text(p: dict) -> str:
-    """What the notebook's widget prints for one :func:`knob_prediction` (the browser test compares with it)."""
-    return (f"{p['n_regs']} registers, {p['spill_bytes']} B spill, {p['resident']} programs/SM, "
+def knob_text(p: dict, live: dict | None = None) -> str:
+    """What the notebook's widget prints for one :func:`knob_prediction`, and with ``live`` the same configuration
+    compiled offline today (:func:`knob_compiled`) or measured now (:func:`knob_measured`); the browser test compares
+    with it."""
+    text = (f"recorded compile: {p['n_regs']} registers, {p['spill_bytes']} B spill, {p['resident']} programs/SM, "
             f"{p['kib_in_flight_per_sm']:.0f} KiB in flight/SM, {p['dram_mb']:.0f} MB DRAM\n"
             f"predicted {p['predicted_ms']:.3f} ms ({p['bound']}), recorded {p['recorded_ms']:.3f} ms")
+    if live is None:
+        return text
+    measured = f", measured {live['ms_median']:.3f} ms" if live.get("ms_median") is not None else ""
+    return (text + f"\n{live['source']}: {live['n_regs']} registers, {live['spill_bytes']} B spill, "
+            f"{live['resident']} programs/SM\npredicted {live['predicted_ms']:.3f} ms ({live['bound']}){measured}")
 
 
 def knob_options(data_dir, loss: str = "cross_entropy", target_format: str = "labels", vocab: int = 131072,
@@ -451,27 +463,104 @@ def knob_options(data_dir, loss: str = "cross_entropy", target_format: str = "la
     return frame.sort_values(["block_size", "num_warps"]).reset_index(drop=True)
 
 
-def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
-                    target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
-                    gpu: model.Gpu | None = None) -> dict:
-    """The fused kernel at one recorded (tile, warps): the model's time, bound, terms, bytes in flight per SM and
-    resident programs, beside the recorded time (``KeyError`` for a configuration the sweep did not record)."""
+def _knob_row(data_dir, block_size: int, num_warps: int, loss: str, target_format: str, vocab: int,
+              tokens: int) -> dict:
     options = knob_options(data_dir, loss, target_format, vocab, tokens)
     match = options[(options["block_size"] == block_size) & (options["num_warps"] == num_warps)]
     if match.empty:
         raise KeyError(f"no recorded fused configuration with block_size={block_size}, num_warps={num_warps}")
-    row = match.iloc[0].to_dict()
-    gpu = gpu or model.gpu_from_folder(data_dir)
+    return match.iloc[0].to_dict()
+
+
+COUNT_COLUMNS = ("n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm")  # what a compile decides of a launch
+
+
+def _with_counts(row: dict, counts: dict) -> dict:
+    """``row`` with the compile counts of ``counts`` in place of its recorded ones (its launches' too)."""
+    out = {**row, **{c: counts[c] for c in COUNT_COLUMNS}}
+    passes = row.get("passes")
+    if isinstance(passes, str) and passes.startswith("["):
+        out["passes"] = json.dumps([{**launch, **{c: counts[c] for c in COUNT_COLUMNS}} for launch in json.loads(passes)])
+    return out
+
+
+def _knob_model(row: dict, loss: str, target_format: str, tokens: int, vocab: int, gpu: model.Gpu) -> dict:
     config = model.config_from_row(row, gpu)
     pred = model.predict(config, gpu)
     first = config.passes[0]
     floor = loss_cost(loss, target_format, tokens, vocab, 2)
-    return {"block_size": block_size, "num_warps": num_warps, "n_regs": int(row["n_regs"]),
-            "spill_bytes": int(row["spill_bytes"]), "resident": first.resident,
+    return {"n_regs": int(row["n_regs"]), "spill_bytes": int(row["spill_bytes"]), "resident": first.resident,
             "kib_in_flight_per_sm": first.resident * first.load_bytes_per_step / 1024,
             "dram_mb": sum(p.dram_bytes for p in config.passes) / 1e6, "floor_mb": floor.bytes / 1e6,
-            "predicted_ms": pred.ms, "bound": pred.bound, "recorded_ms": float(row["ms_median"]),
+            "predicted_ms": pred.ms, "bound": pred.bound,
             **{f"{name}_ms": value for name, value in pred.breakdown.items() if name in ("dram", "latency", "l2")}}
+
+
+def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
+                    target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                    gpu: model.Gpu | None = None) -> dict:
+    """The fused kernel at one recorded (tile, warps): the model's time, bound, terms, bytes in flight per SM and
+    resident programs from the recorded compile counts, beside the recorded time (``KeyError`` for a configuration
+    the sweep did not record)."""
+    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    return {"block_size": block_size, "num_warps": num_warps,
+            **_knob_model(row, loss, target_format, tokens, vocab, gpu), "recorded_ms": float(row["ms_median"])}
+
+
+_compiled_counts: dict = {}  # (loss, target_format, vocab, tile, warps) -> counts: a compile takes seconds
+
+
+def knob_compiled(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
+                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                  gpu: model.Gpu | None = None) -> dict:
+    """Today's ``kernels.fused`` at one recorded (tile, warps), compiled offline for sm_90 on this machine (no GPU:
+    :func:`perfutils.model.offline_counts.offline_counts`, kept for the process), and the model's prediction from
+    those counts instead of the recorded ones (``RuntimeError`` if the compile fails)."""
+    from .model.offline_counts import offline_counts
+
+    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
+    key = (loss, target_format, int(vocab), int(block_size), int(num_warps))
+    if key not in _compiled_counts:
+        frame, _ = offline_counts([(loss, target_format, "fused", block_size, num_warps)], vocab=vocab, log=None)
+        compiled = frame.iloc[0].to_dict()
+        if compiled["status"] != "ok":
+            raise RuntimeError(f"offline compile of fused {block_size} x {num_warps} failed: {compiled['error']}")
+        _compiled_counts[key] = {c: int(compiled[c]) for c in COUNT_COLUMNS}
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    model_row = _with_counts(row, _compiled_counts[key])
+    return {"source": "today's kernels.fused compiled offline for sm_90",
+            **_knob_model(model_row, loss, target_format, tokens, vocab, gpu)}
+
+
+def knob_measured(data_dir, block_size: int, num_warps: int, *, out, loss: str = "cross_entropy",
+                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                  gpu: model.Gpu | None = None, measurer=None, at: tuple[int, int] | None = None, log=None) -> dict:
+    """Today's ``kernels.fused`` at one recorded (tile, warps) measured now through the sweep harness (float64
+    check, sidecar; rows in ``<out>/<gpu>/learning_path.csv``), with the model's prediction from this launch's
+    counts. ``measurer``: the harness's measure callable (default: the GPU's); ``at``: (tokens, vocab) to measure
+    at instead of the recorded shape (a CPU check under the interpreter)."""
+    from .studies.cases import run_cases
+
+    recorded = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)  # recorded ones only
+    n_rows, n_cols = at or (tokens, vocab)
+    records = run_cases(LIVE_STUDY, [("fused", block_size, num_warps)], losses=[(loss, target_format)],
+                        vocabs=[n_cols], tokens=[n_rows], out=str(out), measurer=measurer,
+                        log=log or (lambda *_: None))
+    rows = records if records is not None else pd.DataFrame()
+    for column, value in (("loss", loss), ("target_format", target_format), ("vocab", n_cols), ("tokens", n_rows),
+                          ("variant", "fused"), ("block_size", block_size), ("num_warps", num_warps)):
+        rows = rows[rows[column] == value] if len(rows) else rows
+    rows = rows[rows["status"].fillna("ok") == "ok"] if len(rows) else rows
+    if rows.empty:
+        raise RuntimeError(f"the harness measured no fused {block_size} x {num_warps} row")
+    row = rows.iloc[-1].to_dict()
+    launched = all(row.get(c) == row.get(c) and row.get(c) is not None for c in COUNT_COLUMNS)
+    counts = row if launched else recorded  # no GPU launch (a dry run): the recorded counts
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    return {"source": "measured now on this GPU" if launched else "measured now (counts of the recorded compile)",
+            **_knob_model(_with_counts(recorded, counts), loss, target_format, tokens, vocab, gpu),
+            "ms_median": float(row["ms_median"])}
 
 
 # ---------------------------------------------------------------------------------------------------------------

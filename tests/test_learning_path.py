@@ -115,6 +115,43 @@ def test_knob_text_is_what_the_widget_prints():
     p = lp.knob_prediction(DATA, int(options.iloc[0]["block_size"]), int(options.iloc[0]["num_warps"]))
     text = lp.knob_text(p)
     assert f"predicted {p['predicted_ms']:.3f} ms ({p['bound']})" in text and f"{p['n_regs']} registers" in text
+    live = {**p, "source": "measured now on this GPU", "ms_median": 0.5}
+    assert lp.knob_text(p, live).startswith(text + "\nmeasured now on this GPU: ")
+    assert lp.knob_text(p, live).endswith("measured 0.500 ms")
+
+
+def test_knob_compiles_todays_kernel_offline_and_predicts_from_its_counts():
+    """The knob on a CPU: today's kernels.fused compiled for sm_90 (seconds), its counts fed to the model."""
+    from perfutils.model.occupancy import occupancy_of_counts
+
+    compiled = lp.knob_compiled(DATA, 32768, 4)  # the recorded sweep's one spilling configuration
+    assert compiled["source"].startswith("today's kernels.fused compiled offline")
+    assert compiled["n_regs"] == 255 and compiled["spill_bytes"] > 0
+    assert compiled["resident"] == occupancy_of_counts(255, 0, 4).blocks_per_sm
+    assert compiled["predicted_ms"] > 0 and compiled["bound"]
+    with pytest.raises(KeyError):
+        lp.knob_compiled(DATA, 3, 4)
+
+
+def test_knob_measures_on_a_gpu_through_the_harness(tmp_path):
+    """The knob with MODE="measure": one harness case, here with the interpreter and a stand-in timing of 1.0 ms
+    (no GPU launch, so the model keeps the recorded counts and says so)."""
+    from perfutils.measure import providers
+    from perfutils.measure.measurer import GpuMeasurer, TimingBackend
+    from perfutils.measure.sweep_config import load_config
+
+    spec = load_config(dict(study=lp.LIVE_STUDY, out=str(tmp_path), loss="cross_entropy", target_format="labels",
+                            variant="fused", dtype="bf16", tokens=4, vocab=300, check_rows=4))
+    measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=TimingBackend.dry_run(),
+                           copy_gbps=1.0, log=lambda *_: None)
+    shape = dict(loss="cross_entropy", target_format="labels", vocab=131072, tokens=4096)
+    with pytest.raises(KeyError):  # a configuration the sweep did not record
+        lp.knob_measured(DATA, 3, 4, out=tmp_path, measurer=measurer, **shape)
+    live = lp.knob_measured(DATA, 1024, 4, out=tmp_path, measurer=measurer, at=(4, 300), **shape)
+    recorded = lp.knob_prediction(DATA, 1024, 4, **shape)
+    assert live["ms_median"] == 1.0 and live["source"] == "measured now (counts of the recorded compile)"
+    assert live["predicted_ms"] == pytest.approx(recorded["predicted_ms"])
+    assert list(tmp_path.glob(f"*/{lp.LIVE_STUDY}.csv"))  # the row is recorded
 
 
 def test_live_cases_cover_the_one_gpu_rows_only():
