@@ -35,7 +35,8 @@ from .model.roofline import loss_cost
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
            "knob_compiled", "knob_measured", "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live",
-           "constexpr_defaults", "fold_constexprs", "folded_switches"]
+           "constexpr_defaults", "fold_constexprs", "folded_switches", "exercise_variant", "exercise_check",
+           "exercise_model", "exercise_answer"]
 
 
 @dataclass(frozen=True)
@@ -800,3 +801,95 @@ def fold_constexprs(source: str, names) -> str:
         lines = source.splitlines()
         source = "\n".join(lines[:first - 1] + new + lines[last:]) + "\n"
     return source
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exercise: change the #497 kernel (turn off one of its switches), check it against the float64 reference and
+# against the model
+# ---------------------------------------------------------------------------------------------------------------
+
+def exercise_variant(switch: str) -> str:
+    """The case study's ablation variant that is step 0 (the #497 structure) with ``switch`` turned off."""
+    from .lab_kernels.case_study import ablation
+
+    if switch not in ablation.SWITCHES:
+        raise ValueError(f"switch must be one of {ablation.SWITCHES}, got {switch!r}")
+    keep = frozenset(ablation.SWITCHES) - {switch}
+    return next(step.variant for step in (*ablation.STEPS, *ablation.SOLO)
+                if step.switches == keep and step.num_stages == ablation.NUM_STAGES_497)
+
+
+def exercise_check(variant: str, *, rows: int = 4, vocab: int = 700, seed: int = 0) -> dict:
+    """The variant run here (the CPU interpreter without a GPU) on a small bf16 reverse-KL problem, against
+    ``kernels.reference`` in float64: the relative errors of the loss and the gradient, and whether both pass the
+    project's bf16 bound (1e-2)."""
+    import torch
+
+    from kernels import reference
+
+    from .lab_kernels.case_study import ablation
+    from .measure.timing import rel_err
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(seed)
+    logits, target = (torch.randn(rows, vocab, generator=generator).to(torch.bfloat16).to(device) for _ in range(2))
+    loss, grad = ablation.prepare(logits, target, variant=variant).run()
+    want_loss, want_grad = reference.entropy_loss_forward_backward(logits, target, loss="reverse_kl",
+                                                                   target_format="logits")
+    errors = {"loss_rel_err": rel_err(loss, want_loss), "grad_rel_err": rel_err(grad, want_grad)}
+    return {**errors, "passes": max(errors.values()) <= 1e-2}
+
+
+def exercise_model(data_dir, variant: str, *, tokens: int = 4096, vocab: int = 32768, num_warps: int = 16,
+                   gpu: model.Gpu | None = None) -> dict:
+    """The variant at the #497 shape and tile, compiled offline for sm_90 now (registers, stack; its plan built on
+    meta tensors, nothing launched), the model's time from those counts, and the variant's recorded H100 row
+    (``case_497_ablation.csv``: its time and the model's time from its recorded counts)."""
+    import torch
+
+    from kernels.problem import build_problem
+
+    from .lab_kernels.case_study import ablation
+    from .model.occupancy import occupancy_of_counts
+    from .model.offline_compile import compile_launch
+
+    x = torch.empty(tokens, vocab, dtype=torch.bfloat16, device="meta")
+    problem = build_problem(x, torch.empty_like(x), loss="reverse_kl", target_format="logits", grad_output=1.0,
+                            ignore_index=-100, loss_mask=None)
+    block, _ = ablation.default_config(vocab)
+    (launch,) = ablation.plan_step(ablation.step_of(variant), problem, block, num_warps).launches
+    compiled = compile_launch(launch, with_sass=False)
+    occ = occupancy_of_counts(compiled.n_regs, compiled.shared_bytes, num_warps)
+    counts = {"n_regs": compiled.n_regs, "spill_bytes": compiled.spill_bytes, "shared_bytes": compiled.shared_bytes,
+              "blocks_per_sm": occ.blocks_per_sm}
+    recorded = pick_row(data_dir, Pick("case_497_ablation", RKL[:2] + (("tokens", tokens), ("vocab", vocab),
+                                                                        ("variant", variant), ("num_warps", num_warps))))
+    if recorded is None:
+        raise KeyError(f"case_497_ablation.csv records no {variant} row at {tokens} x {vocab}, {num_warps} warps")
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    today = model.predict(model.config_from_row(_with_counts(recorded, counts), gpu), gpu)
+    then = model.predict(model.config_from_row(recorded, gpu), gpu)
+    return {"variant": variant, **counts, "predicted_ms": today.ms, "bound": today.bound,
+            "recorded_n_regs": int(recorded["n_regs"]), "recorded_spill_bytes": int(recorded["spill_bytes"]),
+            "recorded_ms": float(recorded["ms_median"]), "recorded_predicted_ms": then.ms}
+
+
+def exercise_answer(data_dir, *, tokens: int = 4096, vocab: int = 32768, num_warps: int = 16) -> pd.DataFrame:
+    """The exercise's answer from the records: step 0 and, per switch turned off alone, the recorded registers, stack,
+    time and the model's time from the recorded counts, and the speed-up over step 0 (recorded and predicted)."""
+    from .lab_kernels.case_study import ablation
+
+    gpu = model.gpu_from_folder(data_dir)
+    rows = []
+    for switch in (None, *ablation.SWITCHES):
+        variant = "case497.step0" if switch is None else exercise_variant(switch)
+        row = pick_row(data_dir, Pick("case_497_ablation", RKL[:2] + (("tokens", tokens), ("vocab", vocab),
+                                                                      ("variant", variant), ("num_warps", num_warps))))
+        pred = model.predict(model.config_from_row(row, gpu), gpu)
+        rows.append({"switch off": switch or "(none: step 0)", "variant": variant, "registers": int(row["n_regs"]),
+                     "stack B/thread": int(row["spill_bytes"]), "recorded ms": float(row["ms_median"]),
+                     "predicted ms": pred.ms, "bound": pred.bound})
+    out = pd.DataFrame(rows)
+    out["recorded speed-up"] = out["recorded ms"].iloc[0] / out["recorded ms"]
+    out["predicted speed-up"] = out["predicted ms"].iloc[0] / out["predicted ms"]
+    return out

@@ -262,3 +262,21 @@ def test_one_provenance_note_groups_the_data_files_by_their_code():
     assert len(note.lines) == 2  # the two case-study files share their commit
     assert any(line.startswith("case_497.csv and case_497_ablation.csv: commit") for line in note.lines)
     assert note._repr_html_().count("<li>") == 2 and 'class="code-version' in note._repr_html_()
+
+
+def test_exercise_changes_one_switch_and_checks_it_against_the_reference_and_the_model():
+    """The exercise's cell on a CPU: the variant of step 0 with one switch off, run in the interpreter against the
+    float64 reference, compiled offline for sm_90 and predicted; the answer computed from the records."""
+    variant = lp.exercise_variant("SPLIT_REDUCTIONS")
+    assert variant == "case497.solo_reduce" and lp.exercise_variant("RECOMPUTE_GRAD") == "case497.step1"
+    with pytest.raises(ValueError):
+        lp.exercise_variant("PEEL")
+    check = lp.exercise_check(variant, rows=2, vocab=300)
+    assert check["passes"] and check["grad_rel_err"] <= 1e-2
+    mine = lp.exercise_model(DATA, variant)
+    assert mine["n_regs"] > 0 and mine["predicted_ms"] > 0 and mine["recorded_ms"] > 0
+    answer = lp.exercise_answer(DATA)
+    assert list(answer["variant"])[0] == "case497.step0" and len(answer) == 5
+    assert answer["recorded speed-up"].iloc[0] == 1.0
+    best = answer.iloc[1:].sort_values("recorded ms").iloc[0]
+    assert best["stack B/thread"] < answer["stack B/thread"].iloc[0]
