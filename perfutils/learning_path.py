@@ -8,11 +8,17 @@ time :mod:`perfutils.model.predict` gives from the row's non-time columns (its c
 bound and the terms; a step with no recorded row says so (``recorded_ms`` missing) instead of inventing one.
 
 :func:`knob_prediction` is what the notebook's widget drives: the fused kernel at one (tile, warps) of the recorded
-block-size sweep, predicted by the model from that configuration's recorded compile counts, beside its recorded time.
+block-size sweep, predicted by the model from that configuration's recorded compile counts, beside its recorded time;
+:func:`knob_compiled` the same configuration of today's source compiled offline for sm_90 (no GPU) and predicted from
+those counts, :func:`knob_measured` it measured now on a GPU.
+
+:func:`fold_constexprs` renders a kernel with its compile-time switches fixed at their defaults, so that a step's diff
+(:func:`step_diff`) shows the design change and not the switches later work added.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import json
@@ -28,7 +34,9 @@ from .model.roofline import loss_cost
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
-           "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live"]
+           "knob_compiled", "knob_measured", "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live",
+           "constexpr_defaults", "fold_constexprs", "folded_switches", "exercise_variant", "exercise_check",
+           "exercise_model", "exercise_answer"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class PathStep:
     records: tuple = ()  # (Pick, ...) of registers/profiler studies
     logs: tuple = ()  # (LogExcerpt, ...)
     diff_from: tuple | None = None  # ("kernels.split_row", "split_row_cooperative_kernel")
+    fold: tuple = ()  # constexpr switches of later work, fixed at their defaults before diffing (fold_constexprs)
 
     @property
     def measured(self) -> bool:
@@ -166,6 +175,7 @@ STEPS: tuple[PathStep, ...] = (
              after=Pick("split_row_tuning", RKL + (("vocab", 131072),), fastest=True),
              before=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              diff_from=("kernels.split_row", "split_row_cooperative_kernel"),
+             fold=("PEEL", "VEC", "PREFETCH", "READ_AHEAD", "FAST_MATH"),
              logs=(LogExcerpt("ncu_split_row_2026-11-22.txt", "=== reverse_kl logits 131072",
                               ("_kernel (", "DRAM Throughput", "Duration", "Achieved Occupancy"), 4),
                    LogExcerpt("ncu_lagged_stalls_2026-11-26.txt", "# Reading:", ("# ",), 11))),
@@ -342,15 +352,27 @@ def _source(fn) -> str:
 
 
 def step_diff(step: PathStep, context: int = 1) -> str | None:
-    """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files
-    (None for a step that shows its functions whole)."""
+    """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files,
+    with the switches ``step.fold`` fixed at their defaults on both sides (None for a step that shows its functions
+    whole)."""
     if step.diff_from is None:
         return None
     module, name = step.diff_from
-    old = _source(getattr(importlib.import_module(module), name)).splitlines()
-    new = _source(step_functions(step)[0]).splitlines()
-    return "\n".join(difflib.unified_diff(old, new, f"{module}.{name}",
+    old = _source(getattr(importlib.import_module(module), name))
+    new = _source(step_functions(step)[0])
+    if step.fold:
+        new = fold_constexprs(new, step.fold)
+        old = fold_constexprs(old, [n for n in step.fold if n in constexpr_defaults(old)])
+    return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{module}.{name}",
                                           f"{step.functions[0][0]}.{step.functions[0][1]}", lineterm="", n=context))
+
+
+def folded_switches(step: PathStep) -> dict:
+    """The switches ``step.fold`` with the defaults its diff fixes them at ({} for a step that folds none)."""
+    if not step.fold:
+        return {}
+    defaults = constexpr_defaults(_source(step_functions(step)[0]))
+    return {name: defaults[name] for name in step.fold}
 
 
 # What a page shows of each evidence study: (column, heading), in order.
@@ -419,11 +441,18 @@ def sass_excerpt(log: Path, opcodes=("STL", "LDL"), lines: int = 12) -> str:
     return "\n".join(heading + hits[:lines])
 
 
-def knob_text(p: dict) -> str:
-    """What the notebook's widget prints for one :func:`knob_prediction` (the browser test compares with it)."""
-    return (f"{p['n_regs']} registers, {p['spill_bytes']} B spill, {p['resident']} programs/SM, "
+def knob_text(p: dict, live: dict | None = None) -> str:
+    """What the notebook's widget prints for one :func:`knob_prediction`, and with ``live`` the same configuration
+    compiled offline today (:func:`knob_compiled`) or measured now (:func:`knob_measured`); the browser test compares
+    with it."""
+    text = (f"recorded compile: {p['n_regs']} registers, {p['spill_bytes']} B spill, {p['resident']} programs/SM, "
             f"{p['kib_in_flight_per_sm']:.0f} KiB in flight/SM, {p['dram_mb']:.0f} MB DRAM\n"
             f"predicted {p['predicted_ms']:.3f} ms ({p['bound']}), recorded {p['recorded_ms']:.3f} ms")
+    if live is None:
+        return text
+    measured = f", measured {live['ms_median']:.3f} ms" if live.get("ms_median") is not None else ""
+    return (text + f"\n{live['source']}: {live['n_regs']} registers, {live['spill_bytes']} B spill, "
+            f"{live['resident']} programs/SM\npredicted {live['predicted_ms']:.3f} ms ({live['bound']}){measured}")
 
 
 def knob_options(data_dir, loss: str = "cross_entropy", target_format: str = "labels", vocab: int = 131072,
@@ -435,27 +464,104 @@ def knob_options(data_dir, loss: str = "cross_entropy", target_format: str = "la
     return frame.sort_values(["block_size", "num_warps"]).reset_index(drop=True)
 
 
-def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
-                    target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
-                    gpu: model.Gpu | None = None) -> dict:
-    """The fused kernel at one recorded (tile, warps): the model's time, bound, terms, bytes in flight per SM and
-    resident programs, beside the recorded time (``KeyError`` for a configuration the sweep did not record)."""
+def _knob_row(data_dir, block_size: int, num_warps: int, loss: str, target_format: str, vocab: int,
+              tokens: int) -> dict:
     options = knob_options(data_dir, loss, target_format, vocab, tokens)
     match = options[(options["block_size"] == block_size) & (options["num_warps"] == num_warps)]
     if match.empty:
         raise KeyError(f"no recorded fused configuration with block_size={block_size}, num_warps={num_warps}")
-    row = match.iloc[0].to_dict()
-    gpu = gpu or model.gpu_from_folder(data_dir)
+    return match.iloc[0].to_dict()
+
+
+COUNT_COLUMNS = ("n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm")  # what a compile decides of a launch
+
+
+def _with_counts(row: dict, counts: dict) -> dict:
+    """``row`` with the compile counts of ``counts`` in place of its recorded ones (its launches' too)."""
+    out = {**row, **{c: counts[c] for c in COUNT_COLUMNS}}
+    passes = row.get("passes")
+    if isinstance(passes, str) and passes.startswith("["):
+        out["passes"] = json.dumps([{**launch, **{c: counts[c] for c in COUNT_COLUMNS}} for launch in json.loads(passes)])
+    return out
+
+
+def _knob_model(row: dict, loss: str, target_format: str, tokens: int, vocab: int, gpu: model.Gpu) -> dict:
     config = model.config_from_row(row, gpu)
     pred = model.predict(config, gpu)
     first = config.passes[0]
     floor = loss_cost(loss, target_format, tokens, vocab, 2)
-    return {"block_size": block_size, "num_warps": num_warps, "n_regs": int(row["n_regs"]),
-            "spill_bytes": int(row["spill_bytes"]), "resident": first.resident,
+    return {"n_regs": int(row["n_regs"]), "spill_bytes": int(row["spill_bytes"]), "resident": first.resident,
             "kib_in_flight_per_sm": first.resident * first.load_bytes_per_step / 1024,
             "dram_mb": sum(p.dram_bytes for p in config.passes) / 1e6, "floor_mb": floor.bytes / 1e6,
-            "predicted_ms": pred.ms, "bound": pred.bound, "recorded_ms": float(row["ms_median"]),
+            "predicted_ms": pred.ms, "bound": pred.bound,
             **{f"{name}_ms": value for name, value in pred.breakdown.items() if name in ("dram", "latency", "l2")}}
+
+
+def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
+                    target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                    gpu: model.Gpu | None = None) -> dict:
+    """The fused kernel at one recorded (tile, warps): the model's time, bound, terms, bytes in flight per SM and
+    resident programs from the recorded compile counts, beside the recorded time (``KeyError`` for a configuration
+    the sweep did not record)."""
+    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    return {"block_size": block_size, "num_warps": num_warps,
+            **_knob_model(row, loss, target_format, tokens, vocab, gpu), "recorded_ms": float(row["ms_median"])}
+
+
+_compiled_counts: dict = {}  # (loss, target_format, vocab, tile, warps) -> counts: a compile takes seconds
+
+
+def knob_compiled(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
+                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                  gpu: model.Gpu | None = None) -> dict:
+    """Today's ``kernels.fused`` at one recorded (tile, warps), compiled offline for sm_90 on this machine (no GPU:
+    :func:`perfutils.model.offline_counts.offline_counts`, kept for the process), and the model's prediction from
+    those counts instead of the recorded ones (``RuntimeError`` if the compile fails)."""
+    from .model.offline_counts import offline_counts
+
+    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
+    key = (loss, target_format, int(vocab), int(block_size), int(num_warps))
+    if key not in _compiled_counts:
+        frame, _ = offline_counts([(loss, target_format, "fused", block_size, num_warps)], vocab=vocab, log=None)
+        compiled = frame.iloc[0].to_dict()
+        if compiled["status"] != "ok":
+            raise RuntimeError(f"offline compile of fused {block_size} x {num_warps} failed: {compiled['error']}")
+        _compiled_counts[key] = {c: int(compiled[c]) for c in COUNT_COLUMNS}
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    model_row = _with_counts(row, _compiled_counts[key])
+    return {"source": "today's kernels.fused compiled offline for sm_90",
+            **_knob_model(model_row, loss, target_format, tokens, vocab, gpu)}
+
+
+def knob_measured(data_dir, block_size: int, num_warps: int, *, out, loss: str = "cross_entropy",
+                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                  gpu: model.Gpu | None = None, measurer=None, at: tuple[int, int] | None = None, log=None) -> dict:
+    """Today's ``kernels.fused`` at one recorded (tile, warps) measured now through the sweep harness (float64
+    check, sidecar; rows in ``<out>/<gpu>/learning_path.csv``), with the model's prediction from this launch's
+    counts. ``measurer``: the harness's measure callable (default: the GPU's); ``at``: (tokens, vocab) to measure
+    at instead of the recorded shape (a CPU check under the interpreter)."""
+    from .studies.cases import run_cases
+
+    recorded = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)  # recorded ones only
+    n_rows, n_cols = at or (tokens, vocab)
+    records = run_cases(LIVE_STUDY, [("fused", block_size, num_warps)], losses=[(loss, target_format)],
+                        vocabs=[n_cols], tokens=[n_rows], out=str(out), measurer=measurer,
+                        log=log or (lambda *_: None))
+    rows = records if records is not None else pd.DataFrame()
+    for column, value in (("loss", loss), ("target_format", target_format), ("vocab", n_cols), ("tokens", n_rows),
+                          ("variant", "fused"), ("block_size", block_size), ("num_warps", num_warps)):
+        rows = rows[rows[column] == value] if len(rows) else rows
+    rows = rows[rows["status"].fillna("ok") == "ok"] if len(rows) else rows
+    if rows.empty:
+        raise RuntimeError(f"the harness measured no fused {block_size} x {num_warps} row")
+    row = rows.iloc[-1].to_dict()
+    launched = all(row.get(c) == row.get(c) and row.get(c) is not None for c in COUNT_COLUMNS)
+    counts = row if launched else recorded  # no GPU launch (a dry run): the recorded counts
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    return {"source": "measured now on this GPU" if launched else "measured now (counts of the recorded compile)",
+            **_knob_model(_with_counts(recorded, counts), loss, target_format, tokens, vocab, gpu),
+            "ms_median": float(row["ms_median"])}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -536,4 +642,254 @@ def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
         out.loc[hit, "recorded_ms"] = row.ms_median
         out.loc[hit, "pct_of_copy"] = row.pct_of_copy
         out.loc[hit, "source"] = f"measured now ({LIVE_STUDY}.csv)"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rendering: a kernel's compile-time switches folded at their defaults, so that a diff shows the design change
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Unknown(Exception):
+    """An expression whose value depends on more than the folded switches."""
+
+
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+            ast.Gt: lambda a, b: a > b, ast.LtE: lambda a, b: a <= b, ast.GtE: lambda a, b: a >= b}
+
+
+def _value(node: ast.AST, values: dict):
+    """The value of ``node`` when the names of ``values`` are those values (``_Unknown`` if it needs any other)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in values:
+        return values[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _value(node.operand, values)
+    if isinstance(node, ast.BoolOp):  # a known False in an `and` (True in an `or`) decides it alone
+        decides = isinstance(node.op, ast.Or)
+        known = []
+        for operand in node.values:
+            try:
+                known.append(bool(_value(operand, values)))
+            except _Unknown:
+                continue
+        if decides in known:
+            return decides
+        if len(known) < len(node.values):
+            raise _Unknown
+        return not decides
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_value(node.left, values), _value(node.right, values))
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        return _COMPARE[type(node.ops[0])](_value(node.left, values), _value(node.comparators[0], values))
+    raise _Unknown
+
+
+def _known(node: ast.AST, values: dict) -> bool:
+    try:
+        _value(node, values)
+        return True
+    except _Unknown:
+        return False
+
+
+def constexpr_defaults(source: str) -> dict:
+    """The ``tl.constexpr`` parameters of the function in ``source`` that have a default: {name: default}."""
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef))
+    args = fn.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(fn.args.defaults):]], fn.args.defaults))
+    return {a.arg: ast.literal_eval(defaults[a.arg]) for a in args
+            if a.arg in defaults and a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _lines(lines: list, first: int, last: int, dedent: int) -> list:
+    """Lines ``first``..``last`` (1-based, inclusive), ``dedent`` spaces less indented."""
+    return [line[dedent:] if line[:dedent].strip() == "" else line for line in lines[first - 1:last]]
+
+
+def _if_edit(node: ast.If, lines: list, values: dict):
+    """(first, last, new lines) replacing an ``if`` on a folded switch by the branch it takes."""
+    take = bool(_value(node.test, values))
+    head = _indent(lines[node.lineno - 1])
+    body_first = node.test.end_lineno + 1
+    if take:
+        first, last = body_first, node.body[-1].end_lineno
+    elif not node.orelse:
+        return node.lineno, node.end_lineno, []
+    elif lines[node.orelse[0].lineno - 1].lstrip().startswith("elif"):  # the elif becomes the if
+        elif_line = lines[node.orelse[0].lineno - 1]
+        new = [elif_line.replace("elif", "if", 1)] + lines[node.orelse[0].lineno:node.end_lineno]
+        return node.lineno, node.end_lineno, new
+    else:
+        first = next(i for i in range(node.body[-1].end_lineno + 1, node.orelse[0].lineno + 1)
+                     if lines[i - 1].strip().startswith("else")) + 1
+        last = node.orelse[-1].end_lineno
+    inner = _indent(lines[(node.body if take else node.orelse)[0].lineno - 1])
+    return node.lineno, node.end_lineno, _lines(lines, first, last, inner - head)
+
+
+def _expression_edit(tree: ast.AST, lines: list, values: dict):
+    """(line, line, [line]) with the outermost one-line expression that uses a folded switch replaced by its value
+    (an ``and`` keeps its unknown operands); None when no such expression is left."""
+    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    for name in (n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in values
+                 and isinstance(n.ctx, ast.Load)):
+        node = name
+        while isinstance(parents.get(node), ast.expr) and _known(parents[node], values):
+            node = parents[node]
+        parent = parents.get(node)
+        if isinstance(parent, ast.BoolOp):  # `SWITCH and rest`: the rest, when the switch does not decide it
+            node, kept = parent, [v for v in parent.values if not _known(v, values)]
+            text = f" {'and' if isinstance(parent.op, ast.And) else 'or'} ".join(ast.get_source_segment(
+                "\n".join(lines), v) for v in kept)
+        else:
+            value = _value(node, values)
+            text = repr(int(value) if isinstance(value, bool) and isinstance(parent, ast.BinOp) else value)
+        if node.lineno != node.end_lineno:
+            continue
+        line = lines[node.lineno - 1]
+        encoded = line.encode()
+        new = (encoded[:node.col_offset] + text.encode() + encoded[node.end_col_offset:]).decode()
+        return node.lineno, node.lineno, [new]
+    return None
+
+
+def _next_edit(source: str, values: dict):
+    """The first edit that folds ``values`` further into ``source``: (first line, last line, new lines) or None."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    for arg in fn.args.args:  # the switch's own parameter line
+        if arg.arg in values and lines[arg.lineno - 1].strip().startswith(arg.arg):
+            return arg.lineno, arg.lineno, []
+    docstring = fn.body[0] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else None
+    for index, line in enumerate(lines, start=1):
+        text = line.strip()
+        in_doc = docstring is not None and docstring.lineno < index <= docstring.end_lineno
+        about = next((name for name in values if text.startswith((f"{name}:", f"# {name}:"))), None)
+        if about is None or (not in_doc and not text.startswith("#")):
+            continue
+        last = index  # the paragraph (docstring) or the comment block that explains the switch
+        while last < len(lines) and (lines[last].strip() if in_doc else lines[last].strip().startswith("#")) \
+                and not (in_doc and last + 1 == docstring.end_lineno and lines[last].strip() == '"""'):
+            last += 1
+        first = index - 1 if in_doc and index > 1 and lines[index - 2].strip() == "" else index
+        return first, last, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _known(node.test, values):
+            return _if_edit(node, lines, values)
+    return _expression_edit(tree, lines, values)
+
+
+def fold_constexprs(source: str, names) -> str:
+    """``source`` (one function) with the ``tl.constexpr`` switches ``names`` fixed at their defaults: their parameter
+    lines, docstring paragraphs and comment blocks (starting ``NAME:``) dropped, each ``if`` on them replaced by the
+    branch it takes, the expressions that use them replaced by their values. The result is still Python (and
+    compiles the same kernel for those defaults); a name that is not a defaulted constexpr is a ValueError."""
+    defaults = constexpr_defaults(source)
+    missing = [name for name in names if name not in defaults]
+    if missing:
+        raise ValueError(f"not a tl.constexpr parameter with a default: {missing} (have {sorted(defaults)})")
+    values = {name: defaults[name] for name in names}
+    while (edit := _next_edit(source, values)) is not None:
+        first, last, new = edit
+        lines = source.splitlines()
+        source = "\n".join(lines[:first - 1] + new + lines[last:]) + "\n"
+    return source
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exercise: change the #497 kernel (turn off one of its switches), check it against the float64 reference and
+# against the model
+# ---------------------------------------------------------------------------------------------------------------
+
+def exercise_variant(switch: str) -> str:
+    """The case study's ablation variant that is step 0 (the #497 structure) with ``switch`` turned off."""
+    from .lab_kernels.case_study import ablation
+
+    if switch not in ablation.SWITCHES:
+        raise ValueError(f"switch must be one of {ablation.SWITCHES}, got {switch!r}")
+    keep = frozenset(ablation.SWITCHES) - {switch}
+    return next(step.variant for step in (*ablation.STEPS, *ablation.SOLO)
+                if step.switches == keep and step.num_stages == ablation.NUM_STAGES_497)
+
+
+def exercise_check(variant: str, *, rows: int = 4, vocab: int = 700, seed: int = 0) -> dict:
+    """The variant run here (the CPU interpreter without a GPU) on a small bf16 reverse-KL problem, against
+    ``kernels.reference`` in float64: the relative errors of the loss and the gradient, and whether both pass the
+    project's bf16 bound (1e-2)."""
+    import torch
+
+    from kernels import reference
+
+    from .lab_kernels.case_study import ablation
+    from .measure.timing import rel_err
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(seed)
+    logits, target = (torch.randn(rows, vocab, generator=generator).to(torch.bfloat16).to(device) for _ in range(2))
+    loss, grad = ablation.prepare(logits, target, variant=variant).run()
+    want_loss, want_grad = reference.entropy_loss_forward_backward(logits, target, loss="reverse_kl",
+                                                                   target_format="logits")
+    errors = {"loss_rel_err": rel_err(loss, want_loss), "grad_rel_err": rel_err(grad, want_grad)}
+    return {**errors, "passes": max(errors.values()) <= 1e-2}
+
+
+def exercise_model(data_dir, variant: str, *, tokens: int = 4096, vocab: int = 32768, num_warps: int = 16,
+                   gpu: model.Gpu | None = None) -> dict:
+    """The variant at the #497 shape and tile, compiled offline for sm_90 now (registers, stack; its plan built on
+    meta tensors, nothing launched), the model's time from those counts, and the variant's recorded H100 row
+    (``case_497_ablation.csv``: its time and the model's time from its recorded counts)."""
+    import torch
+
+    from kernels.problem import build_problem
+
+    from .lab_kernels.case_study import ablation
+    from .model.occupancy import occupancy_of_counts
+    from .model.offline_compile import compile_launch
+
+    x = torch.empty(tokens, vocab, dtype=torch.bfloat16, device="meta")
+    problem = build_problem(x, torch.empty_like(x), loss="reverse_kl", target_format="logits", grad_output=1.0,
+                            ignore_index=-100, loss_mask=None)
+    block, _ = ablation.default_config(vocab)
+    (launch,) = ablation.plan_step(ablation.step_of(variant), problem, block, num_warps).launches
+    compiled = compile_launch(launch, with_sass=False)
+    occ = occupancy_of_counts(compiled.n_regs, compiled.shared_bytes, num_warps)
+    counts = {"n_regs": compiled.n_regs, "spill_bytes": compiled.spill_bytes, "shared_bytes": compiled.shared_bytes,
+              "blocks_per_sm": occ.blocks_per_sm}
+    recorded = pick_row(data_dir, Pick("case_497_ablation", RKL[:2] + (("tokens", tokens), ("vocab", vocab),
+                                                                        ("variant", variant), ("num_warps", num_warps))))
+    if recorded is None:
+        raise KeyError(f"case_497_ablation.csv records no {variant} row at {tokens} x {vocab}, {num_warps} warps")
+    gpu = gpu or model.gpu_from_folder(data_dir)
+    today = model.predict(model.config_from_row(_with_counts(recorded, counts), gpu), gpu)
+    then = model.predict(model.config_from_row(recorded, gpu), gpu)
+    return {"variant": variant, **counts, "predicted_ms": today.ms, "bound": today.bound,
+            "recorded_n_regs": int(recorded["n_regs"]), "recorded_spill_bytes": int(recorded["spill_bytes"]),
+            "recorded_ms": float(recorded["ms_median"]), "recorded_predicted_ms": then.ms}
+
+
+def exercise_answer(data_dir, *, tokens: int = 4096, vocab: int = 32768, num_warps: int = 16) -> pd.DataFrame:
+    """The exercise's answer from the records: step 0 and, per switch turned off alone, the recorded registers, stack,
+    time and the model's time from the recorded counts, and the speed-up over step 0 (recorded and predicted)."""
+    from .lab_kernels.case_study import ablation
+
+    gpu = model.gpu_from_folder(data_dir)
+    rows = []
+    for switch in (None, *ablation.SWITCHES):
+        variant = "case497.step0" if switch is None else exercise_variant(switch)
+        row = pick_row(data_dir, Pick("case_497_ablation", RKL[:2] + (("tokens", tokens), ("vocab", vocab),
+                                                                      ("variant", variant), ("num_warps", num_warps))))
+        pred = model.predict(model.config_from_row(row, gpu), gpu)
+        rows.append({"switch off": switch or "(none: step 0)", "variant": variant, "registers": int(row["n_regs"]),
+                     "stack B/thread": int(row["spill_bytes"]), "recorded ms": float(row["ms_median"]),
+                     "predicted ms": pred.ms, "bound": pred.bound})
+    out = pd.DataFrame(rows)
+    out["recorded speed-up"] = out["recorded ms"].iloc[0] / out["recorded ms"]
+    out["predicted speed-up"] = out["predicted ms"].iloc[0] / out["predicted ms"]
     return out

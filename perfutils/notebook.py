@@ -8,7 +8,8 @@ error saying how to make it, :func:`wide_tables` the pages' table width; :func:`
 ``@triton.jit`` kernel, which the teaching notebooks display instead of defining it.
 
 What a page shows: :func:`table` is a DataFrame as a reader wants it (no pandas index unless it means something,
-whole numbers without ``.0``, missing values as a dash), :func:`say` prose computed from the data (Markdown, shown
+whole numbers without ``.0``, missing values as a dash), :func:`diff_view` a unified diff with its added and removed
+lines coloured (the same in JupyterLab and on the report's pages), :func:`say` prose computed from the data (Markdown, shown
 as text of the page, not as program output), :func:`shown` a path relative to the repository (a page
 never names the folders of the machine that built it), and :func:`quiet_interpreter` silences the numpy warnings
 Triton's CPU interpreter raises on the infinities a GPU computes silently. For prose computed from data,
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["find_repo_root", "resolve_path", "resolve", "resolve_mode", "require", "wide_tables", "kernel_source", "table",
-           "shown", "quiet_interpreter", "say", "compared", "span", "listing"]
+           "diff_view", "shown", "quiet_interpreter", "say", "compared", "span", "listing"]
 
 
 def kernel_source(kernel: Any) -> str:
@@ -154,6 +155,42 @@ def table(df, digits: int | dict = 3, index: bool | None = None) -> Table:
     groupby's, or one of labels; ``index`` forces either), whole-number columns as integers, other floats with
     ``digits`` decimals (an int, or a dict per column), missing values as a dash."""
     return Table(df, digits=digits, index=index)
+
+
+# A diff line's colours by its first character: added, removed, hunk header (inline styles: the same wherever the
+# HTML is shown, with no style sheet to load).
+DIFF_STYLES = {"+": "background:#e6ffec;color:#116329", "-": "background:#ffebe9;color:#82071e",
+               "@": "background:#ddf4ff;color:#0550ae"}
+DIFF_KINDS = {"+": "added", "-": "removed", "@": "hunk"}
+
+
+class DiffView(str):
+    """A unified diff (see :func:`diff_view`): coloured HTML in a notebook, a ```diff block elsewhere."""
+
+    def _kind(self, line: str) -> str | None:
+        if line.startswith(("+++", "---")):
+            return None
+        return DIFF_KINDS.get(line[:1])
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = []
+        for line in str(self).splitlines():
+            kind = self._kind(line)
+            attributes = f' class="diff-{kind}" style="display:block;{DIFF_STYLES[line[:1]]}"' if kind else \
+                ' style="display:block"'
+            rows.append(f"<span{attributes}>{html.escape(line) or ' '}</span>")
+        style = "font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.35;padding:6px 8px"
+        return f'<pre class="diff-view" style="{style};overflow-x:auto">' + "".join(rows) + "</pre>"
+
+    def _repr_markdown_(self) -> str:
+        return "```diff\n" + str(self) + "\n```"
+
+
+def diff_view(diff: str) -> DiffView:
+    """A unified diff as a page shows it: added lines green, removed lines red, hunk headers blue."""
+    return DiffView(diff)
 
 
 def shown(path: str | os.PathLike) -> str:

@@ -23,7 +23,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "recorded_code", "compare_code", "code_note", "sessions",
+__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note", "code_notes", "sessions",
            "row_sessions", "row_commits", "rows_code_note"]
 
 KERNEL_SOURCES = ("kernels",)  # what "the same code" means for a measurement: the kernels' sources
@@ -148,6 +148,50 @@ def code_note(recorded: str, meta: dict, current: str = "today's kernels", again
                 f"history cannot compare with {other}; read any agreement or difference with that in mind.")
     note = CodeNote(text)
     note.same = match.same
+    return note
+
+
+class CodeNotes(CodeNote):
+    """The merged note of :func:`code_notes`: a sentence and one line per recorded code, in one marked block."""
+
+    lines: list
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        head = html.escape(str(self).split("\n", 1)[0])
+        return f'<div class="{NOTE_CLASS} report-note"><p>{head}</p><ul>{items}</ul></div>'
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+
+def code_notes(files: dict, current: str = "today's kernels", paths=KERNEL_SOURCES,
+               root: Path = REPO_ROOT) -> CodeNotes:
+    """One note for a page that reads several data files (``{file name: sidecar}``), instead of one
+    :func:`code_note` each: the files grouped by the code that recorded them, one line per group."""
+    groups: dict = {}
+    for name, meta in files.items():
+        match = compare_code(meta, paths=paths, root=root)
+        groups.setdefault((match.date or "", match.recorded, match.same, match.changes), []).append(name)
+    where = _where(tuple(paths))
+    lines = []
+    for (_, recorded, same, changes), names in sorted(groups.items()):  # oldest first
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        if same is False:
+            how = f"{changes} commit{'s' if changes != 1 else ''} changed {where} since" if changes else \
+                f"other {where} than {current}"
+        else:
+            how = f"the same {where} as {current}" if same else "not comparable with this checkout's history"
+        lines.append(f"{listed}: {recorded}; {how}")
+    sames = {key[2] for key in groups}
+    if sames == {True}:
+        head = f"Same kernel sources: every data file below and {current} come from identical {where}."
+    else:
+        head = (f"Kernel sources: the code that recorded each data file. Where it is not {current}, the code changed "
+                "since; where the two disagree, they are not expected to match.")
+    note = CodeNotes(head + "\n" + "\n".join(f"- {line}" for line in lines))
+    note.same = True if sames == {True} else (False if False in sames else None)
+    note.lines = lines
     return note
 
 

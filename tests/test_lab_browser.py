@@ -353,18 +353,25 @@ def dropdown(page, label: str):
 
 
 def test_learning_path_knob_in_jupyterlab(lab_server, tmp_path):
-    """Notebook 12's knob: pick another tile in its dropdown; the printed prediction must become the model's for the
-    new (tile, warps) (perfutils.learning_path.knob_text of knob_prediction, the notebook's own calls) and differ."""
+    """Notebook 12's knob: pick another tile in its dropdown; the printed text must become the model's prediction for
+    the new (tile, warps) from the recorded counts and from today's offline sm_90 compile (perfutils.learning_path.
+    knob_text of knob_prediction and knob_compiled, the notebook's own calls, on a machine without a GPU) and differ.
+    The step diffs show coloured added and removed lines."""
     from perfutils import learning_path as lp
 
     params = parameters(PATH_NOTEBOOK)
+    assert params["MODE"] != "measure"  # the test's machine has no GPU: the knob compiles offline
     shape = dict(loss=params["KNOB_LOSS"], target_format=params["KNOB_TARGET_FORMAT"], vocab=params["KNOB_VOCAB"],
                  tokens=params["KNOB_TOKENS"])
     data = REPO / params["DATA_DIR"]
-    expected = lambda tile, warps: lp.knob_text(lp.knob_prediction(data, tile, warps, **shape))
+    expected = lambda tile, warps: lp.knob_text(lp.knob_prediction(data, tile, warps, **shape),
+                                                lp.knob_compiled(data, tile, warps, **shape))
     with lab_notebook(lab_server, tmp_path, PATH_NOTEBOOK) as page:
         run_all_cells(page, lab_server[2])
         assert page.locator(".jp-OutputArea-output img").count() >= 1  # the static figure above the widget
+        backgrounds = {kind: page.locator(f".diff-view .diff-{kind}").first.evaluate(
+            "e => getComputedStyle(e).backgroundColor") for kind in ("added", "removed")}
+        assert backgrounds == {"added": "rgb(230, 255, 236)", "removed": "rgb(255, 235, 233)"}, backgrounds
         page.locator(".widget-output").wait_for()
         value = lambda label: int(dropdown(page, label).locator("select").input_value())
         tile, warps = value("tile"), value("warps")

@@ -87,7 +87,7 @@ def test_lagged_step_shows_its_diff_from_the_wait_kernel_rendered_from_the_sourc
     diff = lp.step_diff(lagged)
     assert diff.startswith("--- kernels.split_row.split_row_cooperative_kernel")
     added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    new = kernel_source(split_row.split_row_lagged_kernel).splitlines()
+    new = lp.fold_constexprs(kernel_source(split_row.split_row_lagged_kernel), lagged.fold).splitlines()
     assert added and all(line in new for line in added)
     assert lp.step_diff(lp.STEPS[0]) is None  # a step without diff_from shows its functions whole
     steps = {s.key: s for s in lp.STEPS}
@@ -115,6 +115,43 @@ def test_knob_text_is_what_the_widget_prints():
     p = lp.knob_prediction(DATA, int(options.iloc[0]["block_size"]), int(options.iloc[0]["num_warps"]))
     text = lp.knob_text(p)
     assert f"predicted {p['predicted_ms']:.3f} ms ({p['bound']})" in text and f"{p['n_regs']} registers" in text
+    live = {**p, "source": "measured now on this GPU", "ms_median": 0.5}
+    assert lp.knob_text(p, live).startswith(text + "\nmeasured now on this GPU: ")
+    assert lp.knob_text(p, live).endswith("measured 0.500 ms")
+
+
+def test_knob_compiles_todays_kernel_offline_and_predicts_from_its_counts():
+    """The knob on a CPU: today's kernels.fused compiled for sm_90 (seconds), its counts fed to the model."""
+    from perfutils.model.occupancy import occupancy_of_counts
+
+    compiled = lp.knob_compiled(DATA, 32768, 4)  # the recorded sweep's one spilling configuration
+    assert compiled["source"].startswith("today's kernels.fused compiled offline")
+    assert compiled["n_regs"] == 255 and compiled["spill_bytes"] > 0
+    assert compiled["resident"] == occupancy_of_counts(255, 0, 4).blocks_per_sm
+    assert compiled["predicted_ms"] > 0 and compiled["bound"]
+    with pytest.raises(KeyError):
+        lp.knob_compiled(DATA, 3, 4)
+
+
+def test_knob_measures_on_a_gpu_through_the_harness(tmp_path):
+    """The knob with MODE="measure": one harness case, here with the interpreter and a stand-in timing of 1.0 ms
+    (no GPU launch, so the model keeps the recorded counts and says so)."""
+    from perfutils.measure import providers
+    from perfutils.measure.measurer import GpuMeasurer, TimingBackend
+    from perfutils.measure.sweep_config import load_config
+
+    spec = load_config(dict(study=lp.LIVE_STUDY, out=str(tmp_path), loss="cross_entropy", target_format="labels",
+                            variant="fused", dtype="bf16", tokens=4, vocab=300, check_rows=4))
+    measurer = GpuMeasurer(spec, device="cpu", prepare=providers.prepare, backend=TimingBackend.dry_run(),
+                           copy_gbps=1.0, log=lambda *_: None)
+    shape = dict(loss="cross_entropy", target_format="labels", vocab=131072, tokens=4096)
+    with pytest.raises(KeyError):  # a configuration the sweep did not record
+        lp.knob_measured(DATA, 3, 4, out=tmp_path, measurer=measurer, **shape)
+    live = lp.knob_measured(DATA, 1024, 4, out=tmp_path, measurer=measurer, at=(4, 300), **shape)
+    recorded = lp.knob_prediction(DATA, 1024, 4, **shape)
+    assert live["ms_median"] == 1.0 and live["source"] == "measured now (counts of the recorded compile)"
+    assert live["predicted_ms"] == pytest.approx(recorded["predicted_ms"])
+    assert list(tmp_path.glob(f"*/{lp.LIVE_STUDY}.csv"))  # the row is recorded
 
 
 def test_live_cases_cover_the_one_gpu_rows_only():
@@ -144,3 +181,102 @@ def test_measure_mode_runs_the_harness_on_a_cpu_at_a_tiny_shape(tmp_path):
     merged = lp.with_live(lp.path_frame(DATA, steps=steps), live)
     assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.startswith("measured now").all()
     assert lp.step_summary(merged, "kept")[1].startswith("Measured now: **1.000 ms**")
+
+
+FOLDABLE = '''
+@triton.jit
+def k(x_ptr, n,
+      BLOCK: tl.constexpr,
+      FAST: tl.constexpr = True,  # the fast path
+      STAGES: tl.constexpr = 0,
+):
+    """Doc.
+
+    FAST: the fast path, explained
+    over two lines.
+    """
+    # STAGES: pipelined reads
+    # (continued)
+    for i in tl.range(0, n, num_stages=STAGES + 1):
+        if FAST:
+            y = 1
+        else:
+            y = 2
+        if not FAST:  # slow only
+            y = 3
+        z = FAST and BLOCK > 4
+        w = f(y, FAST)
+'''
+
+
+def test_fold_constexprs_keeps_the_branch_taken_and_drops_the_switch():
+    folded = lp.fold_constexprs(FOLDABLE, ["FAST", "STAGES"])
+    import ast
+
+    ast.parse(folded)  # still Python
+    assert "FAST" not in folded and "STAGES" not in folded
+    assert "y = 1" in folded and "y = 2" not in folded and "y = 3" not in folded
+    assert "num_stages=1)" in folded and "z = BLOCK > 4" in folded and "w = f(y, True)" in folded
+    assert "Doc." in folded and "BLOCK: tl.constexpr," in folded
+    assert lp.constexpr_defaults(FOLDABLE) == {"FAST": True, "STAGES": 0}
+    with pytest.raises(ValueError):
+        lp.fold_constexprs(FOLDABLE, ["BLOCK"])  # no default: not a switch to fold
+
+
+def test_lagged_diff_folds_the_later_switches_at_their_defaults():
+    from kernels import split_row
+
+    from perfutils.notebook import kernel_source
+
+    lagged = next(s for s in lp.STEPS if s.key == "lagged")
+    assert lp.folded_switches(lagged) == {"PEEL": False, "VEC": 8, "PREFETCH": False, "READ_AHEAD": 0,
+                                          "FAST_MATH": True}
+    diff = lp.step_diff(lagged)
+    code = "\n".join(line.split("#")[0] for line in diff.splitlines())  # comments may still name a switch
+    for switch in lagged.fold:
+        assert switch not in code, switch
+    raw = kernel_source(split_row.split_row_lagged_kernel)
+    assert len(diff.splitlines()) < 0.85 * len(raw.splitlines())
+    for lesson in ("n_rows + behind", "wait_for_summaries", '"evict_first"', "-            while arrived < NUM_CHUNKS:"):
+        assert lesson in diff, lesson
+
+
+def test_diff_view_colours_added_and_removed_lines():
+    from perfutils.notebook import diff_view
+
+    lagged = next(s for s in lp.STEPS if s.key == "lagged")
+    html = diff_view(lp.step_diff(lagged))._repr_html_()
+    assert html.count('class="diff-added"') > 10 and html.count('class="diff-removed"') > 5
+    assert "&lt;" in html or "<" not in lp.step_diff(lagged)  # source text is escaped
+    assert diff_view("+a\n-b")._repr_markdown_() == "```diff\n+a\n-b\n```"
+
+
+def test_one_provenance_note_groups_the_data_files_by_their_code():
+    import json
+
+    from perfutils.provenance import code_notes
+
+    files = {f"{s}.csv": json.loads((DATA / f"{s}.json").read_text()) for s in ("case_497", "case_497_ablation",
+                                                                                "registers_offline")}
+    note = code_notes(files)
+    assert len(note.lines) == 2  # the two case-study files share their commit
+    assert any(line.startswith("case_497.csv and case_497_ablation.csv: commit") for line in note.lines)
+    assert note._repr_html_().count("<li>") == 2 and 'class="code-version' in note._repr_html_()
+
+
+def test_exercise_changes_one_switch_and_checks_it_against_the_reference_and_the_model():
+    """The exercise's cell on a CPU: the variant of step 0 with one switch off, run in the interpreter against the
+    float64 reference, compiled offline for sm_90 and predicted; the answer computed from the records."""
+    variant = lp.exercise_variant("SPLIT_REDUCTIONS")
+    assert variant == "case497.solo_reduce" and lp.exercise_variant("RECOMPUTE_GRAD") == "case497.step1"
+    with pytest.raises(ValueError):
+        lp.exercise_variant("PEEL")
+    check = lp.exercise_check(variant, rows=2, vocab=300)
+    assert check["passes"] and check["grad_rel_err"] <= 1e-2
+    mine = lp.exercise_model(DATA, variant)
+    assert mine["n_regs"] > 0 and mine["predicted_ms"] > 0 and mine["recorded_ms"] > 0
+    answer = lp.exercise_answer(DATA)
+    assert list(answer["variant"])[0] == "case497.step0" and len(answer) == 5
+    assert answer["recorded speed-up"].iloc[0] == 1.0
+    best = answer.iloc[1:].sort_values("recorded ms").iloc[0]
+    assert best["stack B/thread"] < answer["stack B/thread"].iloc[0]
