@@ -38,12 +38,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.schema import CONFIG_COLUMNS, config_key
+from ..data.schema import CONFIG_COLUMNS, DTYPES, config_key
 
 __all__ = [
-    "DTYPES",
-    "DTYPE_BYTES",
-    "torch_dtype",
     "TOLERANCE",
     "IGNORE_INDEX",
     "SweepSpec",
@@ -62,17 +59,6 @@ _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32",
 }  # fmt: skip
-DTYPES = ("bf16", "fp16", "fp32")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-def torch_dtype(name: str) -> Any:
-    """The torch dtype of a canonical dtype name (``bf16``, ``fp16``, ``fp32``)."""
-    import torch
-
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {list(DTYPES)}")
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 # Relative error allowed against the float64 reference (GUIDE: bf16/fp16 1e-2, fp32 1e-5).
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
