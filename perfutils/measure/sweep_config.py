@@ -64,13 +64,6 @@ _DTYPE_ALIASES = {
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
 IGNORE_INDEX = -100  # label of rows that take no part in the loss (PyTorch's default)
 
-# Used when `kernels` does not export LOSSES / LOSS_TARGET_FORMATS / VARIANTS itself.
-DEFAULT_LOSS_TARGET_FORMATS = {
-    "cross_entropy": ("labels", "logits"),
-    "forward_kl": ("logits",),
-    "reverse_kl": ("logits",),
-}
-
 _GRID_REQUIRED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab")
 _GRID_OPTIONAL = ("block_size", "num_warps")  # default [None]: the variant picks
 _SETTINGS = {
@@ -145,35 +138,15 @@ class KnownNames:
 
 
 def known_names() -> KnownNames:
-    """The names `kernels` accepts, from its exports when present, else the project defaults.
+    """The names ``kernels`` accepts: its (loss, target_format) pairs (``kernels.problem.LOSS_CODES``), its variants
+    and its tile sizes."""
+    import kernels
+    from kernels import problem
 
-    Valid (loss, target_format) pairs come from ``kernels.LOSS_TARGET_FORMATS`` ({loss: formats}),
-    else the keys of ``kernels.problem.LOSS_CODES``, else :data:`DEFAULT_LOSS_TARGET_FORMATS`;
-    variants from ``kernels.VARIANTS`` (not checked when absent).
-    """
-    try:
-        import kernels
-    except ModuleNotFoundError as exc:
-        if exc.name != "kernels":
-            raise
-        kernels = None
-    pairs = getattr(kernels, "LOSS_TARGET_FORMATS", None)
-    codes = getattr(getattr(kernels, "problem", None), "LOSS_CODES", None)
-    if pairs is None and isinstance(codes, Mapping):
-        pairs = {}
-        for loss, target_format in codes:
-            pairs.setdefault(loss, ())
-            pairs[loss] += (target_format,)
-    if pairs is None:
-        pairs = DEFAULT_LOSS_TARGET_FORMATS
-    variants = getattr(kernels, "VARIANTS", None)
-    problem = getattr(kernels, "problem", None)
-    low, high = getattr(problem, "MIN_BLOCK_SIZE", None), getattr(problem, "MAX_BLOCK_SIZE", None)
-    return KnownNames(
-        {str(k): tuple(v) for k, v in dict(pairs).items()},
-        tuple(variants) if variants is not None else None,
-        (int(low), int(high)) if _is_int(low) and _is_int(high) else None,
-    )
+    pairs: dict[str, tuple[str, ...]] = {}
+    for loss, target_format in problem.LOSS_CODES:
+        pairs[loss] = pairs.get(loss, ()) + (target_format,)
+    return KnownNames(pairs, tuple(kernels.VARIANTS), (problem.MIN_BLOCK_SIZE, problem.MAX_BLOCK_SIZE))
 
 
 def _fail(source: str, message: str) -> None:
