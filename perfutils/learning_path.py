@@ -24,7 +24,7 @@ import importlib
 import json
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd

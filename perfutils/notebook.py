@@ -1,8 +1,8 @@
 """What every notebook needs before it measures or replays: its folders, its MODE, a kernel's source to show.
 
 Notebooks run from two places: papermill (``make report``) starts them in the repository root, nbval
-(``make test``) in ``notebooks/``. :func:`find_repo_root` and :func:`resolve_path` (or
-:func:`resolve`, the same made absolute) find the repository's folders from either; :func:`resolve_mode` turns ``MODE="auto"`` into
+(``make test``) in ``notebooks/``. :func:`find_repo_root` and :func:`resolve_path` find the
+repository's folders from either; :func:`resolve_mode` turns ``MODE="auto"`` into
 ``measure`` (a CUDA GPU is there) or ``replay`` (the committed ``data/``); :func:`require` is a recorded input or an
 error saying how to make it, :func:`wide_tables` the pages' table width; :func:`kernel_source` is the source of a
 ``@triton.jit`` kernel, which the teaching notebooks display instead of defining it.
@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["find_repo_root", "resolve_path", "resolve", "resolve_mode", "require", "wide_tables", "kernel_source", "table",
+__all__ = ["find_repo_root", "resolve_path", "resolve_mode", "require", "wide_tables", "kernel_source", "table",
            "diff_view", "shown", "quiet_interpreter", "say", "compared", "span", "listing"]
 
 
@@ -55,11 +55,6 @@ def resolve_path(path: str | os.PathLike) -> Path:
         return candidate
     root = find_repo_root()
     return (root / candidate) if root is not None else candidate
-
-
-def resolve(path: str | os.PathLike) -> Path:
-    """:func:`resolve_path`, made absolute."""
-    return resolve_path(path).resolve()
 
 
 def resolve_mode(mode: str) -> str:

@@ -173,13 +173,7 @@ def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
     return f'<dl class="facts">{rows}</dl>'
 
 
-RESULT_FILES = ("vocab_sweep.csv", "benchmark.csv")  # the public-call sweep once recorded; before it, the benchmark
 PEER_VOCABS_16384 = (32000, 32768, 128256, 131072, 151936)  # where the peers were timed at 16384 tokens
-
-
-def results_source(gpu_dir: Path) -> Path | None:
-    """The file the headline table of ``gpu_dir`` is drawn from, or None when it has neither."""
-    return next((gpu_dir / name for name in RESULT_FILES if (gpu_dir / name).exists()), None)
 
 
 def _peers_at(gpu_dir: Path, tokens: int) -> bool:

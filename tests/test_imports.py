@@ -233,18 +233,50 @@ def test_figures_read_only_the_data_room():
 
 
 def test_no_room_imports_the_rooms_built_on_it():
-    """The data room is under everything; the harness (measure) and the peers under the studies; the studies under
-    the pages: none of them imports a room built on it."""
+    """The data room is under everything (the model included); the peers under the harness (measure), which runs them
+    as variants; the harness under the studies; the studies under the pages: none of them imports a room built on
+    it."""
     graph, _ = import_graph()
-    above = {"perfutils.data": ("perfutils.measure", "perfutils.studies", "perfutils.peers", "perfutils.plots"),
+    above = {"perfutils.data": ("perfutils.measure", "perfutils.model", "perfutils.studies", "perfutils.peers",
+                                "perfutils.plots", "perfutils.lab_kernels"),
              "perfutils.measure": ("perfutils.studies", "perfutils.plots"),
-             "perfutils.peers": ("perfutils.studies", "perfutils.plots"),
+             "perfutils.peers": ("perfutils.measure", "perfutils.studies", "perfutils.plots"),
              "perfutils.studies": ("perfutils.plots",),
              "perfutils.model": ("perfutils.measure", "perfutils.studies", "perfutils.peers", "perfutils.plots")}
     arrows = [arrow for room, rooms in above.items() for arrow in _arrows(graph, room, rooms)]
     assert not arrows, "a room importing one above it:\n" + "\n".join(arrows)
     assert {"perfutils.data.schema", "perfutils.measure.timing", "perfutils.studies.case_497",
             "perfutils.peers.fast_llm"} <= set(graph)
+
+
+def _room(module: str) -> str:
+    """A module's room: ``perfutils.<room>`` for the lab's folders and top-level modules, ``kernels`` for the
+    product."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "perfutils" and len(parts) > 1 else parts[0]
+
+
+def test_no_circles_between_rooms():
+    """Rooms as a whole import one way: two modules may avoid a circle while their rooms still import each other
+    (data <-> model, measure <-> peers once did), and then neither room can be read without the other."""
+    graph, _ = import_graph()
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(_room(module), set()).update(_room(target) for target in targets)
+    rooms = {room: targets - {room} for room, targets in rooms.items()}
+    cycles = find_cycles(rooms)
+    assert not cycles, "rooms that import each other:\n" + "\n".join(" <-> ".join(cycle) for cycle in cycles)
+
+
+def test_the_data_room_takes_from_the_product_only_the_gpu_folder_name():
+    """The data room may import one thing of the product: ``kernels.device_names.gpu_slug``, the name of a GPU's
+    folder. The product keys its tuning table and first-call cache by it and the lab its data files, so the two must
+    agree; the product cannot import the lab, hence the lab takes the one definition from the product. That module
+    imports nothing of the project, so the data room stays under everything else."""
+    graph, _ = import_graph()
+    arrows = _arrows(graph, "perfutils.data", ("kernels",))
+    assert arrows == ["perfutils.data.schema -> kernels.device_names"], arrows
+    assert graph["kernels.device_names"] == set()
 
 
 def test_the_product_imports_and_runs_without_the_lab(tmp_path):

@@ -1,4 +1,5 @@
-"""Everything needed to interpret a measurement later: GPU, clocks, software versions, git state.
+"""Everything needed to interpret a measurement later: GPU, clocks, software versions (the ptxas in use
+too: :func:`find_cuda_tool`), git state.
 
 ``collect_metadata`` never raises because a probe failed: each probe is guarded, a field it could
 not fill is ``None``, and the reason goes to ``probe_errors`` (so a missing ``nvidia-smi`` is
@@ -8,6 +9,7 @@ visible in the sidecar instead of silently absent). On a machine without CUDA th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -21,7 +23,7 @@ from typing import Any
 
 from .schema import utc_now
 
-__all__ = ["collect_metadata", "PROJECT_ROOT"]
+__all__ = ["collect_metadata", "PROJECT_ROOT", "find_cuda_tool", "tool_version", "ptxas_in_use", "triton_bin_dir"]
 
 # The checkout this package lives in: git state is read from here, not from the working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,63 @@ def _run(command: list[str], timeout: float = 10.0) -> str:
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {result.returncode}: {result.stderr.strip()[:200]}")
     return result.stdout
+
+
+# The CUDA toolchain Triton compiles with: found here, in the data room, because every sidecar records its
+# ptxas; perfutils.model.cuda_tools runs these tools.
+
+def triton_bin_dir() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    return path if os.path.isdir(path) else None
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """Path of ``ptxas``/``cuobjdump``/``nvdisasm``: Triton's choice, its bundled copy, PATH, /usr/local/cuda."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    candidates: list[str] = []
+    # Triton's own resolution first, so we use the very ptxas that produced the cubin (TRITON_PTXAS_PATH etc.).
+    try:
+        from triton import knobs
+
+        tool = getattr(knobs.nvidia, name.replace("-", "_"))
+        candidates.append(tool.path)
+    except Exception:  # older Triton without knobs, or no such knob
+        pass
+    bundled = triton_bin_dir()
+    if bundled:
+        candidates.append(os.path.join(bundled, name))
+    on_path = shutil.which(name)
+    if on_path:
+        candidates.append(on_path)
+    candidates.append(os.path.join("/usr/local/cuda/bin", name))
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def tool_version(path: str) -> str | None:
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"V(\d+\.\d+\.\d+)", text)
+    if match:
+        return match.group(1)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def ptxas_in_use() -> dict:
+    """The ptxas Triton compiles with now (path and version), for measurement metadata."""
+    path = find_cuda_tool("ptxas")
+    return {"ptxas_path": path, "ptxas_version": tool_version(path) if path else None}
 
 
 def _number_or_text(text: str) -> Any:
@@ -192,8 +251,6 @@ def collect_metadata(
     except Exception as exc:
         errors["triton"] = f"{type(exc).__name__}: {exc}"
     try:  # register counts (and speed) depend on the ptxas version, not only on Triton's
-        from ..model.cuda_tools import ptxas_in_use
-
         meta.update(ptxas_in_use())
     except Exception as exc:
         errors["ptxas"] = f"{type(exc).__name__}: {exc}"

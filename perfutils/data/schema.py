@@ -34,6 +34,9 @@ __all__ = [
     "gpu_slug",
     "data_path",
     "ISSUE_COMMIT",
+    "DTYPES",
+    "DTYPE_BYTES",
+    "torch_dtype",
 ]
 
 # Fast-LLM at the parent of its fix 46ffbdd1, the kernel of issue #497: its rows' variant is fast_llm_27f4747e.
@@ -131,3 +134,16 @@ def data_path(data_dir: str | os.PathLike, gpu_name: str | None, study: str) -> 
     if not isinstance(study, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", study):
         raise ValueError(f"data_path: study must be a non-empty name of letters, digits, '_', '.', '-', got {study!r}")
     return Path(data_dir) / gpu_slug(gpu_name) / f"{study}.csv"
+
+
+DTYPES = ("bf16", "fp16", "fp32")  # the ``dtype`` column's names
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a canonical dtype name (``bf16``, ``fp16``, ``fp32``)."""
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {list(DTYPES)}")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]

@@ -164,7 +164,7 @@ class CallCosts:
         """(median, fastest) microseconds per call of ``variant`` on the tiny problem."""
         key = (variant, loss, target_format, dtype, vocab)
         if key not in self._host:
-            from .sweep_config import torch_dtype
+            from ..data.schema import torch_dtype
 
             logits, target = tiny_inputs(loss, target_format, torch_dtype(dtype), vocab, rows=self.rows,
                                          device=self.device)

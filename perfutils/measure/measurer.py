@@ -29,8 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..data.schema import error_text
-from .sweep_config import DTYPE_BYTES, IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs, torch_dtype
+from ..data.schema import DTYPE_BYTES, error_text, torch_dtype
+from .sweep_config import IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs
 
 __all__ = ["GpuMeasurer", "TimingBackend", "read_copy_gbps", "kernels_reference_rows", "print_now"]
 

@@ -38,12 +38,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.schema import CONFIG_COLUMNS, config_key
+from ..data.schema import CONFIG_COLUMNS, DTYPES, config_key
 
 __all__ = [
-    "DTYPES",
-    "DTYPE_BYTES",
-    "torch_dtype",
     "TOLERANCE",
     "IGNORE_INDEX",
     "SweepSpec",
@@ -62,28 +59,10 @@ _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32",
 }  # fmt: skip
-DTYPES = ("bf16", "fp16", "fp32")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-def torch_dtype(name: str) -> Any:
-    """The torch dtype of a canonical dtype name (``bf16``, ``fp16``, ``fp32``)."""
-    import torch
-
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {list(DTYPES)}")
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 # Relative error allowed against the float64 reference (GUIDE: bf16/fp16 1e-2, fp32 1e-5).
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
 IGNORE_INDEX = -100  # label of rows that take no part in the loss (PyTorch's default)
-
-# Used when `kernels` does not export LOSSES / LOSS_TARGET_FORMATS / VARIANTS itself.
-DEFAULT_LOSS_TARGET_FORMATS = {
-    "cross_entropy": ("labels", "logits"),
-    "forward_kl": ("logits",),
-    "reverse_kl": ("logits",),
-}
 
 _GRID_REQUIRED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab")
 _GRID_OPTIONAL = ("block_size", "num_warps")  # default [None]: the variant picks
@@ -159,35 +138,15 @@ class KnownNames:
 
 
 def known_names() -> KnownNames:
-    """The names `kernels` accepts, from its exports when present, else the project defaults.
+    """The names ``kernels`` accepts: its (loss, target_format) pairs (``kernels.problem.LOSS_CODES``), its variants
+    and its tile sizes."""
+    import kernels
+    from kernels import problem
 
-    Valid (loss, target_format) pairs come from ``kernels.LOSS_TARGET_FORMATS`` ({loss: formats}),
-    else the keys of ``kernels.problem.LOSS_CODES``, else :data:`DEFAULT_LOSS_TARGET_FORMATS`;
-    variants from ``kernels.VARIANTS`` (not checked when absent).
-    """
-    try:
-        import kernels
-    except ModuleNotFoundError as exc:
-        if exc.name != "kernels":
-            raise
-        kernels = None
-    pairs = getattr(kernels, "LOSS_TARGET_FORMATS", None)
-    codes = getattr(getattr(kernels, "problem", None), "LOSS_CODES", None)
-    if pairs is None and isinstance(codes, Mapping):
-        pairs = {}
-        for loss, target_format in codes:
-            pairs.setdefault(loss, ())
-            pairs[loss] += (target_format,)
-    if pairs is None:
-        pairs = DEFAULT_LOSS_TARGET_FORMATS
-    variants = getattr(kernels, "VARIANTS", None)
-    problem = getattr(kernels, "problem", None)
-    low, high = getattr(problem, "MIN_BLOCK_SIZE", None), getattr(problem, "MAX_BLOCK_SIZE", None)
-    return KnownNames(
-        {str(k): tuple(v) for k, v in dict(pairs).items()},
-        tuple(variants) if variants is not None else None,
-        (int(low), int(high)) if _is_int(low) and _is_int(high) else None,
-    )
+    pairs: dict[str, tuple[str, ...]] = {}
+    for loss, target_format in problem.LOSS_CODES:
+        pairs[loss] = pairs.get(loss, ()) + (target_format,)
+    return KnownNames(pairs, tuple(kernels.VARIANTS), (problem.MIN_BLOCK_SIZE, problem.MAX_BLOCK_SIZE))
 
 
 def _fail(source: str, message: str) -> None:

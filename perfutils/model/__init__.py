@@ -5,5 +5,6 @@ calculator, ported), ``roofline`` (ceilings, a loss's minimal bytes and flops, w
 roofs), ``register_estimate`` (the back-of-envelope register count), and the offline sm_90 compile behind
 register counts without a GPU: ``offline_compile`` (the entry point), ``specialization`` (what a launch
 compiles), ``triton_compile`` and ``compile_worker`` (the compile, in a clean process), ``cubin`` and
-``cuda_tools`` (reading what ptxas produced), ``compiled_kernel`` (the numbers a GPU launch reports).
+``cuda_tools`` (running ptxas and the disassemblers; finding them is the data room's, whose sidecars record
+them), ``compiled_kernel`` (the numbers a GPU launch reports).
 """

@@ -1,9 +1,10 @@
-"""NVIDIA's command-line tools (ptxas, cuobjdump, nvdisasm; Triton ships them in its wheel): finding and running them.
+"""NVIDIA's command-line tools (ptxas, cuobjdump, nvdisasm; Triton ships them in its wheel): running them.
 
-* :func:`find_cuda_tool` resolves a tool the way Triton does (its knobs, its bundled copy), then PATH and
-  /usr/local/cuda; :func:`tool_version` reads a tool's version.
+* Finding a tool and its version is the data room's (:func:`perfutils.data.metadata.find_cuda_tool`,
+  :func:`~perfutils.data.metadata.tool_version`, :func:`~perfutils.data.metadata.ptxas_in_use`): every sidecar
+  records the ptxas in use.
 * :func:`pin_bundled_ptxas` makes every compile of a process use Triton's own ptxas (torch.compile would switch it
-  to torch's) and :func:`ptxas_in_use` says which one compiles now, for measurement metadata.
+  to torch's).
 * :func:`rerun_ptxas` runs ``ptxas -v`` on a kernel's PTX with Triton's flags (for the spill counts of a kernel
   taken from Triton's cache), :func:`disassemble` / :func:`sass_from_cubin` turn a cubin into SASS text.
 """
@@ -11,18 +12,15 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
+from ..data.metadata import find_cuda_tool, triton_bin_dir
+
 __all__ = [
-    "find_cuda_tool",
-    "tool_version",
     "pin_bundled_ptxas",
-    "ptxas_in_use",
     "ptxas_path",
     "sm_arch",
     "run_tool",
@@ -30,54 +28,6 @@ __all__ = [
     "disassemble",
     "sass_from_cubin",
 ]
-
-
-def _triton_bin_dir() -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    return path if os.path.isdir(path) else None
-
-
-def find_cuda_tool(name: str) -> str | None:
-    """Path of ``ptxas``/``cuobjdump``/``nvdisasm``: Triton's choice, its bundled copy, PATH, /usr/local/cuda."""
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty str, got {name!r}")
-    candidates: list[str] = []
-    # Triton's own resolution first, so we use the very ptxas that produced the cubin (TRITON_PTXAS_PATH etc.).
-    try:
-        from triton import knobs
-
-        tool = getattr(knobs.nvidia, name.replace("-", "_"))
-        candidates.append(tool.path)
-    except Exception:  # older Triton without knobs, or no such knob
-        pass
-    bundled = _triton_bin_dir()
-    if bundled:
-        candidates.append(os.path.join(bundled, name))
-    on_path = shutil.which(name)
-    if on_path:
-        candidates.append(on_path)
-    candidates.append(os.path.join("/usr/local/cuda/bin", name))
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def tool_version(path: str) -> str | None:
-    try:
-        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"V(\d+\.\d+\.\d+)", text)
-    if match:
-        return match.group(1)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else None
 
 
 def pin_bundled_ptxas() -> str | None:
@@ -91,18 +41,12 @@ def pin_bundled_ptxas() -> str | None:
     """
     if os.environ.get("TRITON_PTXAS_PATH"):
         return os.environ["TRITON_PTXAS_PATH"]
-    bundled = _triton_bin_dir()
+    bundled = triton_bin_dir()
     path = os.path.join(bundled, "ptxas") if bundled else None
     if path and os.path.isfile(path) and os.access(path, os.X_OK):
         os.environ["TRITON_PTXAS_PATH"] = path
         return path
     return None
-
-
-def ptxas_in_use() -> dict:
-    """The ptxas Triton compiles with now (path and version), for measurement metadata."""
-    path = find_cuda_tool("ptxas")
-    return {"ptxas_path": path, "ptxas_version": tool_version(path) if path else None}
 
 
 def ptxas_path(arch: int) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernels.occupancy import KIB, MIB, SM_LIMITS, SMLimits, normalize_cc, sm_limits  # noqa: F401 - re-exported
+from kernels.occupancy import MIB, SM_LIMITS, SMLimits, normalize_cc, sm_limits  # noqa: F401 - re-exported
 
 # --------------------------------------------------------------------------------------------
 # Datasheet specs

@@ -8,28 +8,18 @@ from __future__ import annotations
 import pandas as pd
 
 from kernels.occupancy import (  # noqa: F401 - the calculator, re-exported for the lab
-    CACHE_CONFIGS,
     LIMITER_NAMES,
     TRITON_OPT_IN_THRESHOLD,
     UNLIMITED,
     Occupancy,
-    align_up_carveout,
-    barriers_limit,
     kernel_counts,
     max_coresident_programs,
     occupancy,
     occupancy_of_compiled,
     occupancy_of_counts,
-    preferred_shared_bytes_per_sm,
     register_cap_for_fewer_blocks,
     register_caps_for_more_blocks,
-    register_caps_of_compiled,
-    registers_limit,
-    shared_limit_per_block,
-    shared_memory_limit,
     sm_limits,
-    virtual_resources_limit,
-    warps_limit,
 )
 
 # ------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 
 import pandas as pd
 
-from ..data.schema import error_text
+from ..data.schema import error_text, torch_dtype
 from .cubin import sass_instruction_mix
 from .occupancy import occupancy_of_counts
 from .offline_compile import compile_launch, compile_offline
@@ -46,7 +46,7 @@ def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", w
 
     import kernels
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    dtype_of_logits = torch_dtype(dtype)
     generator = torch.Generator().manual_seed(0)
     results, compiles = [], {}
     for config in configs:
@@ -56,11 +56,11 @@ def offline_counts(configs, *, vocab: int, rows: int = 4, dtype: str = "bf16", w
                "vocab": int(vocab), "block_size": int(block_size), "num_warps": int(num_warps)}
         started = time.perf_counter()
         try:
-            logits = torch.randn(rows, vocab, generator=generator).to(torch_dtype)
+            logits = torch.randn(rows, vocab, generator=generator).to(dtype_of_logits)
             if target_format == "labels":
                 target = torch.randint(0, vocab, (rows,), generator=generator)
             else:
-                target = torch.randn(rows, vocab, generator=generator).to(torch_dtype)
+                target = torch.randn(rows, vocab, generator=generator).to(dtype_of_logits)
             plan = kernels.prepare(logits, target, loss=loss, target_format=target_format, variant=variant,
                                    block_size=int(block_size), num_warps=int(num_warps))
             entries = []

@@ -221,9 +221,6 @@ class Placement:
         return out
 
 
-ROOFS = ("dram", "l2", "fp32", "transcendental")
-
-
 def place(cost: KernelCost, time_s: float, ceilings: Ceilings) -> Placement:
     """Achieved rates of ``cost`` done in ``time_s`` and the roof that binds it.
 

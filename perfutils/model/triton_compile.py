@@ -27,9 +27,10 @@ from typing import Any
 
 from kernels.launch import debug_compile_options
 
+from ..data.metadata import find_cuda_tool, tool_version
 from .compiled_kernel import metadata_get
 from .cubin import parse_cubin_resources, parse_ptxas_log, parse_res_usage
-from .cuda_tools import disassemble, find_cuda_tool, ptxas_path, rerun_ptxas, run_tool, tool_version
+from .cuda_tools import disassemble, ptxas_path, rerun_ptxas, run_tool
 from .specialization import Specialization, is_jit_function
 
 __all__ = ["OfflineCompile", "compile_in_this_process", "normalize_target"]

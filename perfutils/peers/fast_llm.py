@@ -423,7 +423,7 @@ def capture_launches(fast_llm: FastLLM, *, loss: str, target_format: str, tokens
     """The launches Fast-LLM's wrapper makes for a shape, on meta tensors: nothing is allocated or launched."""
     import torch
 
-    from ..measure.sweep_config import torch_dtype
+    from ..data.schema import torch_dtype
 
     logits = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     if target_format == "labels":

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import math
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -144,21 +142,3 @@ def best_per_group(df: pd.DataFrame, by=("loss", "target_format", "vocab", "vari
     idx = ok.groupby(list(by), dropna=False)["ms_median"].idxmin()
     return ok.loc[idx].sort_values(list(by)).reset_index(drop=True)
 
-
-def speedup_table(df: pd.DataFrame, baseline: str = "torch_compile") -> pd.DataFrame:
-    """Best time per (loss, vocab, variant) and speed-up over ``baseline``."""
-    best = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
-    base = best[best["variant"] == baseline].set_index(["loss", "target_format", "tokens", "vocab"])["ms_median"]
-    best = best.join(base.rename("baseline_ms"), on=["loss", "target_format", "tokens", "vocab"])
-    best["speedup_vs_" + baseline] = best["baseline_ms"] / best["ms_median"]
-    return best.drop(columns=["baseline_ms"])
-
-
-def nice_bytes(n: float) -> str:
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

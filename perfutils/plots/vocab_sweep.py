@@ -23,7 +23,7 @@ from .figures import check_frame, figure_context
 
 __all__ = ["PROVIDER_LABELS", "PROVIDER_ORDER", "PEERS", "auto_choices", "autograd_line", "autograd_ratio",
            "cell_table", "gpu_comparison_line", "host_cost_table", "latest_pairs", "loss_label", "measured",
-           "plot_host_cost", "plot_pct_of_copy", "sync_line", "vocab_tick", "worst_cells"]
+           "plot_host_cost", "plot_pct_of_copy", "sync_line", "worst_cells"]
 
 PROVIDER_ORDER = ("public", "public_autograd", "plan", "torch_compile", "fast_llm", "liger", "quack")
 PROVIDER_LABELS = {
@@ -52,12 +52,6 @@ _NEEDED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "ms_m
 
 def loss_label(loss: str, target_format: str) -> str:
     return f"{loss} ({target_format})" if loss == "cross_entropy" else loss
-
-
-def vocab_tick(vocab: float) -> str:
-    """32768 -> '32K', 151936 -> '148.4K': binary thousands, one decimal when not whole."""
-    kilo = vocab / 1024
-    return f"{kilo:.0f}K" if abs(kilo - round(kilo)) < 0.05 else f"{kilo:.1f}K"
 
 
 def measured(df: pd.DataFrame, *, dtype: str | None = "bf16") -> pd.DataFrame:

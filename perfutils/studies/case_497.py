@@ -205,7 +205,7 @@ def _reverse_kl_problem(tokens: int, vocab: int, dtype: str):
 
     from kernels.problem import build_problem
 
-    from ..measure.sweep_config import torch_dtype
+    from ..data.schema import torch_dtype
 
     x = torch.empty(tokens, vocab, dtype=torch_dtype(dtype), device="meta")
     return build_problem(x, torch.empty_like(x), loss="reverse_kl", target_format="logits", grad_output=1.0,

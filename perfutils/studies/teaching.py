@@ -280,7 +280,6 @@ EVONORM_SHAPE = {"channels": 32, "groups": 8, "height": 32, "width": 32}
 EVONORM_EPS = 1e-5
 TOLERANCE_ACTIVATION = 1e-5
 TOLERANCE_EVONORM = 1e-4
-FUSION_VARIANTS = ("eager", "torch_op", "triton")
 
 
 def _evonorm_params(channels: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

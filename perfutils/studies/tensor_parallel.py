@@ -46,7 +46,6 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from ..peers.fast_llm import checkout_commit
 

@@ -121,7 +121,7 @@ class Stage:
 
 
 def _dtype_bytes(dtype: str) -> int:
-    from ..measure.sweep_config import DTYPE_BYTES
+    from ..data.schema import DTYPE_BYTES
 
     return DTYPE_BYTES[dtype]
 
