@@ -62,9 +62,8 @@ import torch.distributed as dist
 import triton
 
 from . import vocab_parallel_search
-from .dispatch import (GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, can_launch_directly,
-                       direct_launch)
-from .launch import Launch, interpreting
+from .dispatch import GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors
+from .launch import Launch, can_launch_directly, interpreting
 from .peer_memory import group_barrier, peer_buffers
 from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, build_problem,
                       check_block_size, check_num_warps, finisher, next_power_of_2)
@@ -456,7 +455,7 @@ def make_template(vp: VocabParallelProblem, plan: VocabParallelPlan) -> VocabPar
         if isinstance(step, Collective):
             steps.append(_AllGatherSlot(step.group))
             continue
-        direct = direct_launch(step, by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
+        direct = step.direct(by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
         if direct is None:
             return None
         steps.append(direct)
