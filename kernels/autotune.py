@@ -2,13 +2,12 @@
 
 :func:`plan_problem` is the path every first call of a shape takes: a variant with a configuration given by the
 caller is planned as asked; ``split_row`` without one runs its own entry of the committed tuning table
-(``data/<gpu-slug>/tuning.csv``, written by ``perfutils.measure.tuning`` from H100 sweeps: per (loss, target_format,
+(``data/<gpu-slug>/tuning.csv``, written by ``perfutils.studies.tuning`` from H100 sweeps: per (loss, target_format,
 dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
 of the same loss); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
 the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
-without a table a heuristic (split_row with its default chunks). The chosen plan is built once more after the search
-rather than kept from the timing: keeping the fastest candidate's buffers (a gradient the size of the logits) alive
-while the others are timed would hold two plans' buffers at once on the first call.
+without a table a heuristic (split_row with its default chunks). The call that searched runs the plan the search
+timed fastest (built on its own tensors); later calls build the plan of the kept choice.
 
 The search: a short timed search at the first call of a shape class, kept on disk. The committed tuning table
 (``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU. Users train at 32000,
@@ -63,19 +62,20 @@ VARIANTS = ("auto", *PLANNERS)
 
 
 def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
+    plan = None
     if variant in ("auto", "split_row"):
         choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
                                **variant_options)
-        variant, block_size, num_warps, variant_options = (
-            choice.variant, choice.block_size, choice.num_warps, choice.options
+        variant, block_size, num_warps, variant_options, plan = (
+            choice.variant, choice.block_size, choice.num_warps, choice.options, choice.plan
         )
-    planner = PLANNERS[variant]
-    try:
-        plan = planner(problem, block_size, num_warps, **variant_options)
-    except TypeError as error:
-        if "unexpected keyword" in str(error):
-            raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
-        raise
+    if plan is None:
+        try:
+            plan = PLANNERS[variant](problem, block_size, num_warps, **variant_options)
+        except TypeError as error:
+            if "unexpected keyword" in str(error):
+                raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
+            raise
     if problem.n_rows == 0:  # empty batch: no loss kernel; a prologue writes the loss (0)
         workspace, _grad, loss = plan.buffers[:3]
         plan.launches = []
@@ -94,6 +94,7 @@ class Choice:
     num_warps: int | None
     options: dict = field(default_factory=dict)
     source: str = "heuristic"
+    plan: Plan | None = field(default=None, repr=False)  # the plan the first-call search timed, on the call that searched
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -138,16 +139,15 @@ def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
 def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None,
                   **options) -> Choice:
     """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
-    for ``auto`` on a GPU the first-call search (:func:`choose`, seeded with the tuning table's entry),
-    for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
+    for ``auto`` on a GPU the first-call search (:func:`choose`, seeded with the tuning table's entry; on the call
+    that searched, ``plan`` is the plan it timed), for ``split_row`` its own table entry; otherwise the caller's
+    settings (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
         choice = table_entry(problem, None if variant == "auto" else variant)
-        if variant == "auto":
-            searched = choose(problem, choice, PLANNERS)
-            if searched is not None:
-                found_variant, found_block, found_warps, found_options, source = searched
-                return Choice(found_variant, found_block, found_warps, dict(found_options), source=source)
+        searched = choose(problem, choice) if variant == "auto" else None
+        if searched is not None:
+            return searched
         if choice is not None:
             return choice
     return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)
@@ -261,14 +261,15 @@ def _time_plan(plan, repeats: int) -> float:
     return float(triton.testing.do_bench(plan.run, warmup=5, rep=max(10, 4 * repeats), return_mode="median"))
 
 
-def choose(problem: Problem, seed, planners: dict):
-    """The fastest candidate for this shape class: from memory, from the disk cache, or timed now. Returns
-    ``(variant, block_size, num_warps, options, source)`` or None (search not possible here: use the seed)."""
+def choose(problem: Problem, seed) -> Choice | None:
+    """The fastest candidate for this shape class: from memory, from the disk cache, or timed now (then with the plan
+    it timed: :func:`_search`). None where the search cannot run here (use the seed)."""
     device = problem.logits.device
     gpu_name = torch.cuda.get_device_name(device)
     key = shape_class(problem)
     memory_key = (gpu_name, key)
     entry = _MEMORY.get(memory_key)
+    plan = None
     if entry is None:
         path = cache_file(gpu_name)
         entry = read_cache(path).get(key)
@@ -276,21 +277,37 @@ def choose(problem: Problem, seed, planners: dict):
             if not enabled() or torch.cuda.is_current_stream_capturing() or problem.n_rows == 0:
                 return None
             with _LOCK:
-                entry = _search(problem, seed, planners)
-            if entry is None:
+                found = _search(problem, seed, PLANNERS)
+            if found is None:
                 return None
+            entry, plan = found
             write_cache(path, key, entry)
         _MEMORY[memory_key] = entry
-    return entry["variant"], entry["block_size"], entry["num_warps"], entry["options"], entry["source"]
+    return Choice(entry["variant"], entry["block_size"], entry["num_warps"], dict(entry["options"]), entry["source"],
+                  plan)
 
 
-def _search(problem: Problem, seed, planners: dict) -> dict | None:
+def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
+    """Time the candidates on the problem's own tensors: (the cache entry of the fastest, with every candidate's
+    record; the fastest's plan), or None when none ran. The fastest plan so far is kept to be handed back, its
+    gradient's memory released while the others are timed (:func:`_release_gradient`): one gradient held at a time,
+    as before the plan was kept."""
     timed = []
     lagged = []  # (ms, candidate, compiled kernel) of the lagged split_row candidates, for their capped twins
-    for variant, block_size, num_warps, options in candidates(problem, seed):
+    best = None  # (entry, plan) of the fastest candidate so far
+
+    def try_candidate(variant, block_size, num_warps, options):
+        nonlocal best
         entry, plan = _time_candidate(planners, problem, variant, block_size, num_warps, options)
         timed.append(entry)
-        if "ms" in entry and has_twins(plan, options):
+        if plan is not None and (best is None or entry["ms"] < best[0]["ms"]):
+            _release_gradient(plan)
+            best = (entry, plan)
+        return entry, plan
+
+    for variant, block_size, num_warps, options in candidates(problem, seed):
+        entry, plan = try_candidate(variant, block_size, num_warps, options)
+        if plan is not None and has_twins(plan, options):
             lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
@@ -299,13 +316,27 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
         for cap in capped_registers(compiled, steps):
-            timed.append(_time_candidate(planners, problem, variant, block_size, num_warps,
-                                         {**options, "maxnreg": cap})[0])
-    ok = [entry for entry in timed if "ms" in entry]
-    if not ok:
+            try_candidate(variant, block_size, num_warps, {**options, "maxnreg": cap})
+    if best is None:
         return None
-    best = min(ok, key=lambda entry: entry["ms"])
-    return {**best, "source": "first-call search", "candidates": timed}
+    entry, plan = best
+    _restore_gradient(plan)
+    return {**entry, "source": "first-call search", "candidates": timed}, plan
+
+
+def _release_gradient(plan) -> None:
+    """Free the memory of a kept plan's gradient (its storage, resized to nothing; the tensor its launches and
+    ``finish`` hold stays) until :func:`_restore_gradient`: the next candidates allocate their own."""
+    grad = plan.buffers[1]
+    if grad is not None:
+        grad.untyped_storage().resize_(0)
+
+
+def _restore_gradient(plan) -> None:
+    """Give a plan's released gradient its memory again (contents undefined: every run writes all of it)."""
+    grad = plan.buffers[1]
+    if grad is not None:
+        grad.untyped_storage().resize_(grad.numel() * grad.element_size())
 
 
 def has_twins(plan, options: dict) -> bool:
