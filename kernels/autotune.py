@@ -6,26 +6,22 @@ caller is planned as asked; ``split_row`` without one runs its own entry of the 
 dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
 of the same loss); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
 the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
-without a table a heuristic (split_row with its default chunks). The call that searched runs the plan the search
-timed fastest (built on its own tensors); later calls build the plan of the kept choice.
+without a table a heuristic (split_row with its default chunks).
 
-The search: a short timed search at the first call of a shape class, kept on disk. The committed tuning table
-(``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU. Users train at 32000,
-50257, 128256, 151936, 256000 columns, at many token counts, on other GPUs; the table's nearest power of two was up
-to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk size that is right at 65536 columns). So the
-first call of a *shape class* (loss, target format, dtype, vocab, token count rounded up to a power of two, mask,
-gradient) times a handful of candidate configurations on the caller's own tensors (the table's entry first, then the
-designs the H100 sweeps found competitive: split_row's lagged kernel at 2K-8K-column chunks, one program per row
-with a tile as wide as the row up to 32K, and for cross-entropy from labels on 16-byte aligned bf16 rows up to 32K
-the row kept in registers, at 16 and 8 warps; then the two fastest lagged kernels again under register caps: their
-own count, caps that fit one or two more programs per SM, and the most registers one program fewer allows), keeps
-the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per
-GPU model, Triton version and version of the kernels' code (:func:`code_stamp`). Later calls, and later processes,
-read the choice: one dictionary lookup, no timing, no sync.
-
-The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
-milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
-under the interpreter or with ``FUSED_LOSS_AUTOTUNE=0``: those calls take the table's entry (or the heuristic).
+The search, at the first call of a shape class, kept on disk: the table holds a few vocabularies at 4096 tokens
+measured on one GPU. Users train at 32000, 50257, 128256, 151936, 256000 columns, at many token counts, on other
+GPUs; the table's nearest power of two was up to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk
+size that is right at 65536 columns). So the first call of a *shape class* (loss, target format, dtype, vocab, token
+count rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
+tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel at
+2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K, and for cross-entropy from labels
+on 16-byte aligned bf16 rows up to 32K the row kept in registers, at 16 and 8 warps; then the two fastest lagged
+kernels again under register caps: their own count, caps that fit one or two more programs per SM, and the most
+registers one program fewer allows), runs the fastest's plan as the call's own, and writes the choice to
+``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU model, Triton version and
+version of the kernels' code (:func:`code_stamp`). Later calls, and later processes, read the choice and build its
+plan: one dictionary lookup, no timing, no sync. The search costs one compile per candidate (seconds, once per
+machine: Triton caches them on disk too) and a few milliseconds of GPU time, and synchronizes while it times.
 """
 
 from __future__ import annotations
@@ -62,20 +58,16 @@ VARIANTS = ("auto", *PLANNERS)
 
 
 def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
-    plan = None
-    if variant in ("auto", "split_row"):
-        choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
-                               **variant_options)
-        variant, block_size, num_warps, variant_options, plan = (
-            choice.variant, choice.block_size, choice.num_warps, choice.options, choice.plan
-        )
+    choice = (choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps, **variant_options)
+              if variant in ("auto", "split_row") else Choice(variant, block_size, num_warps, variant_options))
+    plan = choice.plan  # the plan the first-call search timed, on the call that searched
     if plan is None:
         try:
-            plan = PLANNERS[variant](problem, block_size, num_warps, **variant_options)
+            plan = PLANNERS[choice.variant](problem, choice.block_size, choice.num_warps, **choice.options)
         except TypeError as error:
-            if "unexpected keyword" in str(error):
-                raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
-            raise
+            if "unexpected keyword" not in str(error):
+                raise
+            raise TypeError(f"variant {choice.variant!r} does not take option(s) {sorted(choice.options)}") from None
     if problem.n_rows == 0:  # empty batch: no loss kernel; a prologue writes the loss (0)
         workspace, _grad, loss = plan.buffers[:3]
         plan.launches = []
@@ -94,7 +86,7 @@ class Choice:
     num_warps: int | None
     options: dict = field(default_factory=dict)
     source: str = "heuristic"
-    plan: Plan | None = field(default=None, repr=False)  # the plan the first-call search timed, on the call that searched
+    plan: Plan | None = field(default=None, repr=False)  # set by the first-call search on the call that searched
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -173,7 +165,7 @@ def enabled() -> bool:
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
 _SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py",
-                   "problem.py", "vocab_parallel.py", "vocab_parallel_exchange.py",
+                   "problem.py", "vocab_parallel.py", "vocab_parallel_plans.py", "vocab_parallel_exchange.py",
                    "vocab_parallel_search.py")
 
 
@@ -289,26 +281,31 @@ def choose(problem: Problem, seed) -> Choice | None:
 
 def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
     """Time the candidates on the problem's own tensors: (the cache entry of the fastest, with every candidate's
-    record; the fastest's plan), or None when none ran. The fastest plan so far is kept to be handed back, its
-    gradient's memory released while the others are timed (:func:`_release_gradient`): one gradient held at a time,
-    as before the plan was kept."""
+    record; the fastest's plan), or None when none ran. The fastest plan so far is kept for the hand-back, its
+    gradient's memory lent to the next candidates meanwhile (:func:`_gradient_memory`): one gradient at a time."""
     timed = []
     lagged = []  # (ms, candidate, compiled kernel) of the lagged split_row candidates, for their capped twins
     best = None  # (entry, plan) of the fastest candidate so far
 
-    def try_candidate(variant, block_size, num_warps, options):
+    def time_candidate(variant, block_size, num_warps, options):
         nonlocal best
-        entry, plan = _time_candidate(planners, problem, variant, block_size, num_warps, options)
+        entry = {"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options}
         timed.append(entry)
-        if plan is not None and (best is None or entry["ms"] < best[0]["ms"]):
-            _release_gradient(plan)
+        try:
+            plan = planners[variant](problem, block_size, num_warps, **options)
+            entry["ms"] = _time_plan(plan, CANDIDATE_REPEATS)
+        except Exception as error:  # a candidate that cannot run here (resources, refusal) is skipped
+            entry["error"] = f"{type(error).__name__}: {error}"[:200]
+            return None
+        if best is None or entry["ms"] < best[0]["ms"]:
+            _gradient_memory(plan, keep=False)
             best = (entry, plan)
-        return entry, plan
+        return plan
 
     for variant, block_size, num_warps, options in candidates(problem, seed):
-        entry, plan = try_candidate(variant, block_size, num_warps, options)
+        plan = time_candidate(variant, block_size, num_warps, options)
         if plan is not None and has_twins(plan, options):
-            lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
+            lagged.append((timed[-1]["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
     # always the least it needs: kernels.occupancy.register_caps_for_more_blocks) or give it more registers
@@ -316,45 +313,26 @@ def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
         for cap in capped_registers(compiled, steps):
-            try_candidate(variant, block_size, num_warps, {**options, "maxnreg": cap})
+            time_candidate(variant, block_size, num_warps, {**options, "maxnreg": cap})
     if best is None:
         return None
     entry, plan = best
-    _restore_gradient(plan)
+    _gradient_memory(plan, keep=True)
     return {**entry, "source": "first-call search", "candidates": timed}, plan
 
 
-def _release_gradient(plan) -> None:
-    """Free the memory of a kept plan's gradient (its storage, resized to nothing; the tensor its launches and
-    ``finish`` hold stays) until :func:`_restore_gradient`: the next candidates allocate their own."""
+def _gradient_memory(plan, keep: bool) -> None:
+    """Free (``keep=False``) or give back the memory of a kept plan's gradient: its storage is resized, the tensor
+    its launches and ``finish`` hold stays (contents undefined: every run writes all of it)."""
     grad = plan.buffers[1]
     if grad is not None:
-        grad.untyped_storage().resize_(0)
-
-
-def _restore_gradient(plan) -> None:
-    """Give a plan's released gradient its memory again (contents undefined: every run writes all of it)."""
-    grad = plan.buffers[1]
-    if grad is not None:
-        grad.untyped_storage().resize_(grad.numel() * grad.element_size())
+        grad.untyped_storage().resize_(grad.numel() * grad.element_size() if keep else 0)
 
 
 def has_twins(plan, options: dict) -> bool:
     """Whether the search may time this candidate's plan again under register caps (:func:`capped_registers`): a
     lagged split_row kernel that has no cap of its own."""
     return plan.config.get("schedule") == "lagged" and "maxnreg" not in options
-
-
-def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: int, num_warps: int, options: dict):
-    """(the search's record of one candidate, its plan or None)."""
-    entry = {"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options}
-    try:
-        plan = planners[variant](problem, block_size, num_warps, **options)
-        entry["ms"] = _time_plan(plan, CANDIDATE_REPEATS)
-    except Exception as error:  # a candidate that cannot run here (resources, refusal) is skipped
-        entry["error"] = f"{type(error).__name__}: {error}"[:200]
-        return entry, None
-    return entry, plan
 
 
 def capped_registers(compiled, steps: int = 2) -> list[int]:

@@ -1,16 +1,14 @@
-"""A kernel launch described as data, so tools can inspect it before or after it runs, and its direct form.
+"""A kernel launch described as data (:class:`Launch`), so tools can inspect it before or after it runs, and its
+direct form (:meth:`Launch.direct`) that repeated calls launch.
 
-Every variant's host wrapper builds a list of :class:`Launch` objects and then runs them. The same
-objects let the lab compile a launch offline for sm_90 (``perfutils.model.offline_compile``: registers, spills) and
-read the `CompiledKernel` that a real GPU launch returned (``launch.compiled``).
-
-A launch that has run once also has a direct form (:meth:`Launch.direct`, a :class:`DirectLaunch`): its compiled
-kernel called with the positional arguments it was launched with, the per-call ones (tensors, grad_output) left as
-slots. It costs a third of the host time of a ``JITFunction`` launch, which re-binds and re-specializes every argument
-(``host_overhead.csv``); on Triton 3.6 it calls the launcher's C function itself (:func:`_c_launch`), which skips a
-Python frame per launch. It needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
-packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9): :func:`can_launch_directly`
-says where it runs (not under the interpreter, nor with launch hooks installed by a profiler).
+Every variant's host wrapper builds a list of launches and then runs them. The same objects let the lab compile a
+launch offline for sm_90 (``perfutils.model.offline_compile``: registers, spills) and read the `CompiledKernel` that
+a real GPU launch returned (``launch.compiled``). A :class:`DirectLaunch` calls that compiled kernel with the launch's
+positional arguments, per-call ones as slots: a third of the host time of a ``JITFunction`` launch, which re-binds and
+re-specializes every argument (``host_overhead.csv``); on Triton 3.6 it calls the launcher's C function itself
+(:func:`_c_launch`), skipping a Python frame. It needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2,
+stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9), no
+interpreter and no launch hooks (profilers): :func:`can_launch_directly`.
 """
 
 from __future__ import annotations
