@@ -40,10 +40,10 @@ class CallTemplate:
     buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
     the kernels leave it as the next call expects it (``row_math.finish_program``); a new one is initialized once
     (``workspace_fills``). Under CUDA-graph capture a call takes a fresh one from the graph's pool, initialized in
-    the graph (its replays re-initialize it). A lock
-    keeps one call's launches together when threads share a stream. ``passthrough``: the first call's kernels read
-    the caller's logits, target, mask and grad_output tensors themselves (no copy), so later calls with the same
-    key pass their data pointers without making views (:func:`call_tensors` otherwise)."""
+    the graph (its replays re-initialize it). A lock keeps one call's launches together when threads share a stream.
+    ``passthrough``: the first call's kernels read the caller's logits, target, mask and grad_output tensors
+    themselves (no copy), so later calls with the same key pass their data pointers without making views
+    (:func:`call_tensors` otherwise)."""
 
     launches: list[DirectLaunch]
     workspace_shape: tuple[int, ...]
