@@ -77,6 +77,7 @@ def plan_problem(problem, variant: str, block_size, num_warps, variant_options: 
 
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # the table's dtype column
 
 
 @dataclass
@@ -87,10 +88,6 @@ class Choice:
     options: dict = field(default_factory=dict)
     source: str = "heuristic"
     plan: Plan | None = field(default=None, repr=False)  # set by the first-call search on the call that searched
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,7 +122,7 @@ def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
     """The committed table's entry for a problem on its CUDA device (:func:`table_choice`): the fastest variant's, or
     ``variant``'s own; the first-call search's seed."""
     return table_choice(load_tuning_table(torch.cuda.get_device_name(problem.logits.device)), problem.loss,
-                        problem.target_format, _dtype_name(problem.logits.dtype), problem.n_cols, variant)
+                        problem.target_format, DTYPE_NAMES[problem.logits.dtype], problem.n_cols, variant)
 
 
 def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None,
@@ -136,10 +133,8 @@ def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, n
     settings (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
-        choice = table_entry(problem, None if variant == "auto" else variant)
-        searched = choose(problem, choice) if variant == "auto" else None
-        if searched is not None:
-            return searched
+        seed = table_entry(problem, None if variant == "auto" else variant)
+        choice = (choose(problem, seed) if variant == "auto" else None) or seed
         if choice is not None:
             return choice
     return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)

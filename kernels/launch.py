@@ -119,11 +119,8 @@ class Launch:
 def _triton_version() -> tuple[int, int] | None:
     import triton
 
-    try:
-        major, minor = (int(part) for part in triton.__version__.split(".")[:2])
-    except ValueError:
-        return None
-    return major, minor
+    major, minor, *_ = triton.__version__.split(".") + ["", ""]
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
 
 
 _TRITON_VERSION = _triton_version()
