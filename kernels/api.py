@@ -52,7 +52,7 @@ def prepare(
     :func:`kernels.fused.plan_fused`).
     ``auto`` and ``split_row`` called without block_size, num_warps and options
     take their configuration from the GPU's tuning table (``kernels.autotune``). ``group``: see
-    :func:`entropy_loss_forward_backward` (a :class:`kernels.vocab_parallel.VocabParallelPlan`; collective).
+    :func:`entropy_loss_forward_backward` (a :class:`kernels.vocab_parallel_plans.VocabParallelPlan`; collective).
     """
     vocab_parallel.check_call(group, variant, tp_design)
     if group is not None:

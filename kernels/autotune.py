@@ -2,31 +2,26 @@
 
 :func:`plan_problem` is the path every first call of a shape takes: a variant with a configuration given by the
 caller is planned as asked; ``split_row`` without one runs its own entry of the committed tuning table
-(``data/<gpu-slug>/tuning.csv``, written by ``perfutils.measure.tuning`` from H100 sweeps: per (loss, target_format,
+(``data/<gpu-slug>/tuning.csv``, written by ``perfutils.studies.tuning`` from H100 sweeps: per (loss, target_format,
 dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
 of the same loss); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
 the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
-without a table a heuristic (split_row with its default chunks). The chosen plan is built once more after the search
-rather than kept from the timing: keeping the fastest candidate's buffers (a gradient the size of the logits) alive
-while the others are timed would hold two plans' buffers at once on the first call.
+without a table a heuristic (split_row with its default chunks).
 
-The search: a short timed search at the first call of a shape class, kept on disk. The committed tuning table
-(``data/<gpu>/tuning.csv``) holds a few vocabularies at 4096 tokens measured on one GPU. Users train at 32000,
-50257, 128256, 151936, 256000 columns, at many token counts, on other GPUs; the table's nearest power of two was up
-to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk size that is right at 65536 columns). So the
-first call of a *shape class* (loss, target format, dtype, vocab, token count rounded up to a power of two, mask,
-gradient) times a handful of candidate configurations on the caller's own tensors (the table's entry first, then the
-designs the H100 sweeps found competitive: split_row's lagged kernel at 2K-8K-column chunks, one program per row
-with a tile as wide as the row up to 32K, and for cross-entropy from labels on 16-byte aligned bf16 rows up to 32K
-the row kept in registers, at 16 and 8 warps; then the two fastest lagged kernels again under register caps: their
-own count, caps that fit one or two more programs per SM, and the most registers one program fewer allows), keeps
-the fastest, and writes it to ``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per
-GPU model, Triton version and version of the kernels' code (:func:`code_stamp`). Later calls, and later processes,
-read the choice: one dictionary lookup, no timing, no sync.
-
-The search costs one compile per candidate (seconds, once per machine: Triton caches them on disk too) and a few
-milliseconds of GPU time, and synchronizes while it times. It never runs while a CUDA graph is being captured,
-under the interpreter or with ``FUSED_LOSS_AUTOTUNE=0``: those calls take the table's entry (or the heuristic).
+The search, at the first call of a shape class, kept on disk: the table holds a few vocabularies at 4096 tokens
+measured on one GPU. Users train at 32000, 50257, 128256, 151936, 256000 columns, at many token counts, on other
+GPUs; the table's nearest power of two was up to 9x off (4096 x 50257, cross-entropy from logits: 4.8 ms for a chunk
+size that is right at 65536 columns). So the first call of a *shape class* (loss, target format, dtype, vocab, token
+count rounded up to a power of two, mask, gradient) times a handful of candidate configurations on the caller's own
+tensors (the table's entry first, then the designs the H100 sweeps found competitive: split_row's lagged kernel at
+2K-8K-column chunks, one program per row with a tile as wide as the row up to 32K, and for cross-entropy from labels
+on 16-byte aligned bf16 rows up to 32K the row kept in registers, at 16 and 8 warps; then the two fastest lagged
+kernels again under register caps: their own count, caps that fit one or two more programs per SM, and the most
+registers one program fewer allows), runs the fastest's plan as the call's own, and writes the choice to
+``$FUSED_LOSS_CACHE_DIR`` (default ``~/.cache/fused-loss-kernels``), one JSON file per GPU model, Triton version and
+version of the kernels' code (:func:`code_stamp`). Later calls, and later processes, read the choice and build its
+plan: one dictionary lookup, no timing, no sync. The search costs one compile per candidate (seconds, once per
+machine: Triton caches them on disk too) and a few milliseconds of GPU time, and synchronizes while it times.
 """
 
 from __future__ import annotations
@@ -63,19 +58,16 @@ VARIANTS = ("auto", *PLANNERS)
 
 
 def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
-    if variant in ("auto", "split_row"):
-        choice = choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps,
-                               **variant_options)
-        variant, block_size, num_warps, variant_options = (
-            choice.variant, choice.block_size, choice.num_warps, choice.options
-        )
-    planner = PLANNERS[variant]
-    try:
-        plan = planner(problem, block_size, num_warps, **variant_options)
-    except TypeError as error:
-        if "unexpected keyword" in str(error):
-            raise TypeError(f"variant {variant!r} does not take option(s) {sorted(variant_options)}") from None
-        raise
+    choice = (choose_config(problem, variant=variant, block_size=block_size, num_warps=num_warps, **variant_options)
+              if variant in ("auto", "split_row") else Choice(variant, block_size, num_warps, variant_options))
+    plan = choice.plan  # the plan the first-call search timed, on the call that searched
+    if plan is None:
+        try:
+            plan = PLANNERS[choice.variant](problem, choice.block_size, choice.num_warps, **choice.options)
+        except TypeError as error:
+            if "unexpected keyword" not in str(error):
+                raise
+            raise TypeError(f"variant {choice.variant!r} does not take option(s) {sorted(choice.options)}") from None
     if problem.n_rows == 0:  # empty batch: no loss kernel; a prologue writes the loss (0)
         workspace, _grad, loss = plan.buffers[:3]
         plan.launches = []
@@ -85,6 +77,7 @@ def plan_problem(problem, variant: str, block_size, num_warps, variant_options: 
 
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # the table's dtype column
 
 
 @dataclass
@@ -94,10 +87,7 @@ class Choice:
     num_warps: int | None
     options: dict = field(default_factory=dict)
     source: str = "heuristic"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    plan: Plan | None = field(default=None, repr=False)  # set by the first-call search on the call that searched
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,22 +122,19 @@ def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
     """The committed table's entry for a problem on its CUDA device (:func:`table_choice`): the fastest variant's, or
     ``variant``'s own; the first-call search's seed."""
     return table_choice(load_tuning_table(torch.cuda.get_device_name(problem.logits.device)), problem.loss,
-                        problem.target_format, _dtype_name(problem.logits.dtype), problem.n_cols, variant)
+                        problem.target_format, DTYPE_NAMES[problem.logits.dtype], problem.n_cols, variant)
 
 
 def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None,
                   **options) -> Choice:
     """What ``variant`` runs for this problem when the caller gave no configuration (block size, warps or options):
-    for ``auto`` on a GPU the first-call search (:func:`choose`, seeded with the tuning table's entry),
-    for ``split_row`` its own table entry; otherwise the caller's settings (auto: split_row's)."""
+    for ``auto`` on a GPU the first-call search (:func:`choose`, seeded with the tuning table's entry; on the call
+    that searched, ``plan`` is the plan it timed), for ``split_row`` its own table entry; otherwise the caller's
+    settings (auto: split_row's)."""
     device = problem.logits.device
     if device.type == "cuda" and block_size is None and num_warps is None and not options:
-        choice = table_entry(problem, None if variant == "auto" else variant)
-        if variant == "auto":
-            searched = choose(problem, choice, PLANNERS)
-            if searched is not None:
-                found_variant, found_block, found_warps, found_options, source = searched
-                return Choice(found_variant, found_block, found_warps, dict(found_options), source=source)
+        seed = table_entry(problem, None if variant == "auto" else variant)
+        choice = (choose(problem, seed) if variant == "auto" else None) or seed
         if choice is not None:
             return choice
     return Choice("split_row" if variant == "auto" else variant, block_size, num_warps, options)
@@ -173,7 +160,7 @@ def enabled() -> bool:
 # The sources a choice depends on (the kernels, their planners, the candidates): a cache written by other code is
 # not read (a changed kernel can change which candidate is fastest).
 _SEARCH_SOURCES = ("autotune.py", "fused.py", "resident_row.py", "split_row.py", "row_math.py", "two_pass.py",
-                   "problem.py", "vocab_parallel.py", "vocab_parallel_exchange.py",
+                   "problem.py", "vocab_parallel.py", "vocab_parallel_plans.py", "vocab_parallel_exchange.py",
                    "vocab_parallel_search.py")
 
 
@@ -261,14 +248,15 @@ def _time_plan(plan, repeats: int) -> float:
     return float(triton.testing.do_bench(plan.run, warmup=5, rep=max(10, 4 * repeats), return_mode="median"))
 
 
-def choose(problem: Problem, seed, planners: dict):
-    """The fastest candidate for this shape class: from memory, from the disk cache, or timed now. Returns
-    ``(variant, block_size, num_warps, options, source)`` or None (search not possible here: use the seed)."""
+def choose(problem: Problem, seed) -> Choice | None:
+    """The fastest candidate for this shape class: from memory, from the disk cache, or timed now (then with the plan
+    it timed: :func:`_search`). None where the search cannot run here (use the seed)."""
     device = problem.logits.device
     gpu_name = torch.cuda.get_device_name(device)
     key = shape_class(problem)
     memory_key = (gpu_name, key)
     entry = _MEMORY.get(memory_key)
+    plan = None
     if entry is None:
         path = cache_file(gpu_name)
         entry = read_cache(path).get(key)
@@ -276,22 +264,43 @@ def choose(problem: Problem, seed, planners: dict):
             if not enabled() or torch.cuda.is_current_stream_capturing() or problem.n_rows == 0:
                 return None
             with _LOCK:
-                entry = _search(problem, seed, planners)
-            if entry is None:
+                found = _search(problem, seed, PLANNERS)
+            if found is None:
                 return None
+            entry, plan = found
             write_cache(path, key, entry)
         _MEMORY[memory_key] = entry
-    return entry["variant"], entry["block_size"], entry["num_warps"], entry["options"], entry["source"]
+    return Choice(entry["variant"], entry["block_size"], entry["num_warps"], dict(entry["options"]), entry["source"],
+                  plan)
 
 
-def _search(problem: Problem, seed, planners: dict) -> dict | None:
+def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
+    """Time the candidates on the problem's own tensors: (the cache entry of the fastest, with every candidate's
+    record; the fastest's plan), or None when none ran. The fastest plan so far is kept for the hand-back, its
+    gradient's memory lent to the next candidates meanwhile (:func:`_gradient_memory`): one gradient at a time."""
     timed = []
     lagged = []  # (ms, candidate, compiled kernel) of the lagged split_row candidates, for their capped twins
-    for variant, block_size, num_warps, options in candidates(problem, seed):
-        entry, plan = _time_candidate(planners, problem, variant, block_size, num_warps, options)
+    best = None  # (entry, plan) of the fastest candidate so far
+
+    def time_candidate(variant, block_size, num_warps, options):
+        nonlocal best
+        entry = {"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options}
         timed.append(entry)
-        if "ms" in entry and has_twins(plan, options):
-            lagged.append((entry["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
+        try:
+            plan = planners[variant](problem, block_size, num_warps, **options)
+            entry["ms"] = _time_plan(plan, CANDIDATE_REPEATS)
+        except Exception as error:  # a candidate that cannot run here (resources, refusal) is skipped
+            entry["error"] = f"{type(error).__name__}: {error}"[:200]
+            return None
+        if best is None or entry["ms"] < best[0]["ms"]:
+            _gradient_memory(plan, keep=False)
+            best = (entry, plan)
+        return plan
+
+    for variant, block_size, num_warps, options in candidates(problem, seed):
+        plan = time_candidate(variant, block_size, num_warps, options)
+        if plan is not None and has_twins(plan, options):
+            lagged.append((timed[-1]["ms"], (variant, block_size, num_warps, options), plan.launches[0].compiled))
         del plan
     # The fastest lagged kernels again under register caps that fit more programs per SM (ptxas's own count is not
     # always the least it needs: kernels.occupancy.register_caps_for_more_blocks) or give it more registers
@@ -299,31 +308,26 @@ def _search(problem: Problem, seed, planners: dict) -> dict | None:
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
         for cap in capped_registers(compiled, steps):
-            timed.append(_time_candidate(planners, problem, variant, block_size, num_warps,
-                                         {**options, "maxnreg": cap})[0])
-    ok = [entry for entry in timed if "ms" in entry]
-    if not ok:
+            time_candidate(variant, block_size, num_warps, {**options, "maxnreg": cap})
+    if best is None:
         return None
-    best = min(ok, key=lambda entry: entry["ms"])
-    return {**best, "source": "first-call search", "candidates": timed}
+    entry, plan = best
+    _gradient_memory(plan, keep=True)
+    return {**entry, "source": "first-call search", "candidates": timed}, plan
+
+
+def _gradient_memory(plan, keep: bool) -> None:
+    """Free (``keep=False``) or give back the memory of a kept plan's gradient: its storage is resized, the tensor
+    its launches and ``finish`` hold stays (contents undefined: every run writes all of it)."""
+    grad = plan.buffers[1]
+    if grad is not None:
+        grad.untyped_storage().resize_(grad.numel() * grad.element_size() if keep else 0)
 
 
 def has_twins(plan, options: dict) -> bool:
     """Whether the search may time this candidate's plan again under register caps (:func:`capped_registers`): a
     lagged split_row kernel that has no cap of its own."""
     return plan.config.get("schedule") == "lagged" and "maxnreg" not in options
-
-
-def _time_candidate(planners: dict, problem: Problem, variant: str, block_size: int, num_warps: int, options: dict):
-    """(the search's record of one candidate, its plan or None)."""
-    entry = {"variant": variant, "block_size": block_size, "num_warps": num_warps, "options": options}
-    try:
-        plan = planners[variant](problem, block_size, num_warps, **options)
-        entry["ms"] = _time_plan(plan, CANDIDATE_REPEATS)
-    except Exception as error:  # a candidate that cannot run here (resources, refusal) is skipped
-        entry["error"] = f"{type(error).__name__}: {error}"[:200]
-        return entry, None
-    return entry, plan
 
 
 def capped_registers(compiled, steps: int = 2) -> list[int]:

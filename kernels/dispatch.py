@@ -4,15 +4,11 @@ variant but two_pass: the loss kernels count the rows of the mean themselves, ``
 
 The first call of a key checks the arguments, chooses the variant and configuration, sizes split_row's persistent
 grid (occupancy of the compiled kernel) and builds its :class:`~kernels.launch.Plan` through the planners. That
-plan becomes a :class:`CallTemplate`: per launch, the compiled kernel and its positional arguments, with the
-per-call tensors (logits, target, labels, mask, grad_output, gradient, workspace) left as slots. Later calls fill
-the slots and launch the compiled kernels directly (``CompiledKernel.run``, a third of the host time of a
-``JITFunction.run`` launch, which re-binds and re-specializes every argument: ``host_overhead.csv``); on Triton 3.6
-they call the launcher's C function itself (:func:`_c_launch`), which skips a Python frame per launch.
-
-The direct launch needs Triton's compiled-kernel launcher (``run(grid0, grid1, grid2, stream, function,
-packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, Triton 3.3 to 3.9); on any other Triton, under
-the interpreter, with launch hooks installed (profilers) or for a plan with a per-run reset, calls go through
+plan becomes a :class:`CallTemplate`: its launches in their direct form (:meth:`kernels.launch.Launch.direct`: the
+compiled kernel and its positional arguments), with the per-call tensors (logits, target, labels, mask, grad_output,
+gradient, workspace) left as slots, and the workspace kept per stream. Later calls fill the slots and launch the
+compiled kernels directly. Where the direct form cannot run (another Triton, the interpreter, launch hooks installed
+by a profiler: :func:`kernels.launch.can_launch_directly`) or for a plan with a per-run reset, calls go through
 ``JITFunction`` launches as before: slower, same results.
 
 Where the first call found that the kernels read the caller's logits, target, mask and grad_output as they are
@@ -24,97 +20,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 
-from .launch import Plan
+from .launch import DirectLaunch, Plan, can_launch_directly
 from .problem import Problem, as_flat, as_rows, initialize_workspace
 
 # The per-call values a template takes, in the order CallTemplate.run passes them; tensors by identity, and the
 # grad_output number by parameter name.
 ROLES = ("logits", "target", "labels", "mask", "grad_output", "grad", "workspace", "loss", "grad_output_value")
 GRAD_OUTPUT_VALUE = ROLES.index("grad_output_value")
-
-
-def _triton_version() -> tuple[int, int] | None:
-    import triton
-
-    try:
-        major, minor = (int(part) for part in triton.__version__.split(".")[:2])
-    except ValueError:
-        return None
-    return major, minor
-
-
-_TRITON_VERSION = _triton_version()
-
-
-def _triton_supports_direct_launch() -> bool:
-    return _TRITON_VERSION is not None and (3, 3) <= _TRITON_VERSION < (3, 10)
-
-
-def _launch_hooks_installed() -> bool:
-    """Whether a profiler (e.g. proton) hooks Triton launches: then calls keep Triton's own launch path."""
-    try:
-        from triton import knobs
-    except ImportError:
-        return True
-
-    def active(hook) -> bool:  # Triton 3.6 keeps an always-present chain of hooks, empty by default
-        return hook is not None and bool(getattr(hook, "calls", True))
-
-    return active(knobs.runtime.launch_enter_hook) or active(knobs.runtime.launch_exit_hook)
-
-
-def _c_launch(launcher) -> Callable | None:
-    """The C function behind Triton 3.6's ``CudaLauncher`` when calling it directly is the same launch: the Python
-    ``__call__`` only allocates scratch buffers (none for these kernels) and passes two flags from the compiled
-    metadata. None on any other Triton (its launcher's arguments are not checked here) or when scratch is needed."""
-    if _TRITON_VERSION != (3, 6):
-        return None
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-    except ImportError:
-        return None
-    if type(launcher) is not CudaLauncher:
-        return None
-    needed = ("launch", "global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
-    if not all(hasattr(launcher, name) for name in needed):
-        return None
-    if launcher.global_scratch_size or launcher.profile_scratch_size:
-        return None
-    return launcher.launch
-
-
-@dataclass
-class _TemplateLaunch:
-    compiled: Any  # triton CompiledKernel
-    grid: tuple[int, int, int]
-    values: list  # every parameter's value in order (constexprs included), per-call tensors as None
-    slots: list[tuple[int, int]]  # (position in values, index into the call's tensors)
-    launcher: Callable = field(init=False, repr=False)  # called as launcher(*grid, stream, *middle, *values)
-    middle: tuple = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        compiled = self.compiled
-        run = compiled.run
-        launch = _c_launch(run)
-        if launch is not None:  # CudaLauncher.__call__'s own call of it, with no scratch buffers
-            self.launcher = launch
-            self.middle = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                           compiled.packed_metadata, None, None, None)
-        else:
-            self.launcher = run
-            self.middle = (compiled.function, compiled.packed_metadata, None, None, None)
-
-    def __call__(self, tensors: list, stream: int) -> None:
-        """Launch with the call's values: tensors or their data pointers (integers), by slot."""
-        values = self.values.copy()
-        for position, role in self.slots:
-            values[position] = tensors[role]
-        grid = self.grid
-        self.launcher(grid[0], grid[1], grid[2], stream, *self.middle, *values)
 
 
 @dataclass
@@ -125,12 +40,12 @@ class CallTemplate:
     buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
     the kernels leave it as the next call expects it (``row_math.finish_program``); a new one is initialized once
     (``workspace_fills``). Under CUDA-graph capture a call takes a fresh one from the graph's pool, initialized in
-    the graph (its replays re-initialize it). A lock
-    keeps one call's launches together when threads share a stream. ``passthrough``: the first call's kernels read
-    the caller's logits, target, mask and grad_output tensors themselves (no copy), so later calls with the same
-    key pass their data pointers without making views (:func:`call_tensors` otherwise)."""
+    the graph (its replays re-initialize it). A lock keeps one call's launches together when threads share a stream.
+    ``passthrough``: the first call's kernels read the caller's logits, target, mask and grad_output tensors
+    themselves (no copy), so later calls with the same key pass their data pointers without making views
+    (:func:`call_tensors` otherwise)."""
 
-    launches: list[_TemplateLaunch]
+    launches: list[DirectLaunch]
     workspace_shape: tuple[int, ...]
     has_grad: bool
     grad_dtype: torch.dtype
@@ -192,10 +107,10 @@ def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> C
             by_identity.setdefault(id(tensor), ROLES.index(role))
     launches = []
     for launch in plan.all_launches:
-        template_launch = direct_launch(launch, by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
-        if template_launch is None:
+        direct = launch.direct(by_identity, {"grad_output": GRAD_OUTPUT_VALUE})
+        if direct is None:
             return None
-        launches.append(template_launch)
+        launches.append(direct)
     return CallTemplate(
         launches=launches,
         workspace_shape=tuple(workspace.shape),
@@ -216,37 +131,6 @@ def reads_given_tensors(problem: Problem, logits, target, loss_mask, grad_output
              (problem.mask, loss_mask), (problem.grad_output_tensor, grad_output_tensor)]
     return all((mine is None) == (theirs is None) and (mine is None or mine.data_ptr() == theirs.data_ptr())
                for mine, theirs in pairs)
-
-
-def direct_launch(launch, by_identity: dict[int, int], scalar_slots: dict[str, int] | None = None
-                  ) -> _TemplateLaunch | None:
-    """A launch that has run once (``launch.compiled`` set) as a direct launch: tensors found in ``by_identity``
-    (id -> index into the call's values) and the parameters named in ``scalar_slots`` become per-call slots.
-    None when the compiled kernel lacks the launcher this module uses, or a tensor argument has no slot."""
-    compiled = launch.compiled
-    if compiled is None or not all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
-        return None
-    scalar_slots = scalar_slots or {}
-    given = {**launch.args, **launch.constexprs}
-    values, slots = [], []
-    for position, name in enumerate(launch.fn.arg_names):
-        value = given.get(name)
-        if name in scalar_slots:
-            slots.append((position, scalar_slots[name]))
-            value = None
-        elif isinstance(value, torch.Tensor):
-            role = by_identity.get(id(value))
-            if role is None:  # a tensor the template does not know how to renew per call
-                return None
-            slots.append((position, role))
-            value = None
-        values.append(value)
-    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-    return _TemplateLaunch(compiled, grid, values, slots)
-
-
-def can_launch_directly(device: torch.device) -> bool:
-    return device.type == "cuda" and _triton_supports_direct_launch() and not _launch_hooks_installed()
 
 
 class TemplateCache:

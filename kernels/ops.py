@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import TEMPLATES, TemplateCache, call_key, can_launch_directly, direct_launch, make_template
-from .launch import Launch
+from .dispatch import TEMPLATES, TemplateCache, call_key, make_template
+from .launch import Launch, can_launch_directly
 from . import vocab_parallel
 from .autotune import plan_problem
 from .problem import build_problem
@@ -188,7 +188,7 @@ def _scale_gradient_(grad: torch.Tensor, scale: torch.Tensor) -> None:
                     num_warps=4)
     launch()
     if can_launch_directly(grad.device):
-        _SCALE_LAUNCHES.put(key, direct_launch(launch, {id(grad): 0, id(scale): 1}))
+        _SCALE_LAUNCHES.put(key, launch.direct({id(grad): 0, id(scale): 1}))
 
 
 _LIBRARY.impl("scale_gradient_", _scale_gradient_, "CUDA")

@@ -85,7 +85,7 @@ def _search(vp, planner: Callable, default: tuple[int, int]) -> dict:
 
 def _time_together(vp, plan) -> float:
     """The slowest rank's median ms of ``plan.run()``, the same number on every rank. Timed as the tensor-parallel
-    study times a call (perfutils.measure.tensor_parallel.bench_together): after one barrier the ranks issue the same
+    study times a call (perfutils.studies.tensor_parallel.bench_together): after one barrier the ranks issue the same
     calls back to back, each preceded by an L2 flush, and stay in step through the exchange itself; a barrier before
     each call would add the ranks' launch skew to every time (it did: up to 40% on two H100s)."""
     device = vp.problem.logits.device

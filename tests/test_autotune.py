@@ -56,6 +56,7 @@ class FakePlan:
         lagged = options.get("split", True) and block_size < 50257
         self.config = {"schedule": "lagged"} if lagged else {"mode": "row"}
         self.launches = [type("FakeLaunch", (), {"compiled": f"kernel {block_size}/{num_warps}"})()]
+        self.buffers = [None, torch.empty(4, 8), None]  # (workspace, gradient, loss): the gradient is released and kept
 
 
 def fake_planner(problem, block_size, num_warps, **options):
@@ -68,10 +69,13 @@ def test_search_keeps_the_fastest_and_records_failures(monkeypatch):
     times = iter([1.0, 0.5, 2.0, 0.7, 0.9, 3.0, 1.1])
     monkeypatch.setattr(autotune, "_time_plan", lambda plan, repeats: next(times))
     monkeypatch.setattr(autotune, "capped_registers", lambda compiled, steps: [])
-    entry = autotune._search(problem(n_cols=50257), None, {"split_row": fake_planner})
+    entry, plan = autotune._search(problem(n_cols=50257), None, {"split_row": fake_planner})
     ok = [c for c in entry["candidates"] if "ms" in c]
     assert entry["ms"] == min(c["ms"] for c in ok) and entry["source"] == "first-call search"
     assert any("does not compile" in c.get("error", "") for c in entry["candidates"])
+    # the plan handed back is the one timed fastest, its gradient's memory given back after the others ran
+    assert plan.key == (entry["block_size"], entry["num_warps"], tuple(sorted(entry["options"].items())))
+    assert plan.buffers[1].untyped_storage().nbytes() == 4 * 8 * 4
 
 
 def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeypatch):
@@ -92,13 +96,14 @@ def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeyp
     monkeypatch.setattr(autotune, "_time_plan", fake_time)
     monkeypatch.setattr(autotune, "capped_registers",
                         lambda compiled, steps: capped.append((compiled, steps)) or [96, 80])
-    entry = autotune._search(problem(n_cols=50304), None, {"split_row": fake_planner})
+    entry, plan = autotune._search(problem(n_cols=50304), None, {"split_row": fake_planner})
     # the two fastest lagged candidates, fastest first (2048 columns does not compile here)
     assert capped == [("kernel 8192/4", 3), ("kernel 4096/4", 2)]
     twins = [c for c in entry["candidates"] if "maxnreg" in c["options"]]
     assert [(c["block_size"], c["num_warps"], c["options"]["maxnreg"]) for c in twins] == [
         (8192, 4, 96), (8192, 4, 80), (4096, 4, 96), (4096, 4, 80)]
     assert (entry["block_size"], entry["num_warps"], entry["options"]) == (4096, 4, {"maxnreg": 80})
+    assert plan.key == (4096, 4, (("maxnreg", 80),))  # the twin's own plan, as timed
 
 
 def test_capped_registers_reads_a_launched_kernel():

@@ -206,7 +206,7 @@ def test_call_key_tells_apart_what_a_template_cannot_reuse():
 
 
 class _FakeCompiled:
-    """What kernels.dispatch reads of a triton CompiledKernel, recording the launches it is given."""
+    """What kernels.launch.DirectLaunch reads of a triton CompiledKernel, recording the launches it is given."""
 
     def __init__(self):
         self.calls = []
@@ -216,10 +216,10 @@ class _FakeCompiled:
 
 
 def test_template_launch_puts_the_call_values_in_their_slots():
-    from kernels import dispatch
+    from kernels import launch as launches
 
     compiled = _FakeCompiled()
-    launch = dispatch._TemplateLaunch(compiled, (3, 1, 1), [None, 7, None, "C"], [(0, 2), (2, 0)])
+    launch = launches.DirectLaunch(compiled, (3, 1, 1), [None, 7, None, "C"], [(0, 2), (2, 0)])
     launch([111, 222, 333], stream=99)
     launch([444, 555, 666], stream=99)
     prefix = (compiled.packed_metadata, None, None, None)
@@ -242,21 +242,21 @@ def _fake_cuda_launcher(global_scratch_size=0):
 
 
 def test_template_launch_calls_triton_36s_c_launch_with_what_the_launcher_would_pass(monkeypatch):
-    from kernels import dispatch
+    from kernels import launch as launches
 
-    monkeypatch.setattr(dispatch, "_TRITON_VERSION", (3, 6))
+    monkeypatch.setattr(launches, "_TRITON_VERSION", (3, 6))
     compiled = _FakeCompiled()
     compiled.run = _fake_cuda_launcher()
-    launch = dispatch._TemplateLaunch(compiled, (3, 1, 1), [None, 7], [(0, 1)])
+    launch = launches.DirectLaunch(compiled, (3, 1, 1), [None, 7], [(0, 1)])
     launch([111, 222], stream=99)
     # CudaLauncher.__call__ passes (grid, stream, function, cooperative, pdl, global scratch, profile scratch, *args)
     assert compiled.run.calls == [(3, 1, 1, 99, 1234, False, True, None, None, compiled.packed_metadata, None, None,
                                    None, 222, 7)]
     # scratch buffers needed, or another Triton: the launcher's own __call__
     for version, scratch in (((3, 6), 64), ((3, 7), 0), ((3, 5), 0)):
-        monkeypatch.setattr(dispatch, "_TRITON_VERSION", version)
+        monkeypatch.setattr(launches, "_TRITON_VERSION", version)
         compiled.run = _fake_cuda_launcher(global_scratch_size=scratch)
-        assert dispatch._TemplateLaunch(compiled, (3, 1, 1), [None], [(0, 0)]).launcher is compiled.run
+        assert launches.DirectLaunch(compiled, (3, 1, 1), [None], [(0, 0)]).launcher is compiled.run
 
 
 def test_template_passes_pointers_only_where_the_kernels_read_the_callers_tensors():

@@ -37,7 +37,7 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
     import torch
 
     import kernels
-    from kernels.dispatch import TEMPLATES, call_key, direct_launch
+    from kernels.dispatch import TEMPLATES, call_key
     from kernels.ops import CallOptions
 
     device = "cuda"
@@ -67,8 +67,8 @@ def pieces() -> list[tuple[str, str, Callable[[], object]]]:
          lambda: compiled.run(launch.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
                               None, *pointers)),
     ]
-    template_launch = direct_launch(launch, {id(value): index for index, value in enumerate(values)
-                                             if isinstance(value, torch.Tensor)})
+    template_launch = launch.direct({id(value): index for index, value in enumerate(values)
+                                     if isinstance(value, torch.Tensor)})
     if template_launch is not None:  # what a repeated public call runs (Triton 3.6: the launcher's C function)
         rows.append(("triton launch", f"call template's launch, pointers as ints (via "
                      f"{'the C launch' if template_launch.launcher is not compiled.run else 'CompiledKernel.run'})",
