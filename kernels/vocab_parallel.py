@@ -68,8 +68,8 @@ from . import vocab_parallel_search
 from .dispatch import GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors
 from .launch import can_launch_directly
 from .peer_memory import group_barrier, peer_buffers
-from .problem import Problem, build_problem
-from .vocab_parallel_plans import (Collective, VocabParallelPlan, all_gather_into, check_options,
+from .problem import build_problem
+from .vocab_parallel_plans import (Collective, VocabParallelPlan, VocabParallelProblem, all_gather_into, check_options,
                                    default_exchange_config, plan_symmetric, plan_vocab_parallel, resolve_design)
 
 TP_DESIGNS = ("auto", "all_gather", "symmetric")
@@ -90,25 +90,6 @@ def check_group(group) -> None:
         raise TypeError(f"group must be a torch.distributed.ProcessGroup (or None), got {type(group).__name__}")
     if group.rank() < 0:
         raise ValueError("this process is not a member of group: only the group's ranks may call the loss with it")
-
-
-@dataclass
-class VocabParallelProblem:
-    """A loss call on one rank's slice of the vocabulary: the local :class:`~kernels.problem.Problem` plus where the
-    slice lies in the whole vocabulary."""
-
-    problem: Problem  # n_cols = V_local
-    group: Any
-    rank: int
-    world_size: int
-
-    @property
-    def vocab(self) -> int:
-        return self.problem.n_cols * self.world_size
-
-    @property
-    def col_offset(self) -> int:
-        return self.rank * self.problem.n_cols
 
 
 def build_vocab_parallel_problem(logits, target, *, group, loss, target_format, grad_output, ignore_index,

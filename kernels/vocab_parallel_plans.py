@@ -1,5 +1,5 @@
 """The vocab-parallel planners, beside the one-GPU ones (fused.py, split_row.py, two_pass.py): a rank's
-:class:`~kernels.vocab_parallel.VocabParallelProblem` and a design (see :mod:`kernels.vocab_parallel`) -> the steps of
+:class:`VocabParallelProblem` and a design (see :mod:`kernels.vocab_parallel`) -> the steps of
 its call, a :class:`VocabParallelPlan`. The designs' kernels are in :mod:`kernels.vocab_parallel_gather` and
 :mod:`kernels.vocab_parallel_exchange`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -17,8 +17,8 @@ import triton
 
 from .launch import Launch, interpreting
 from .peer_memory import peer_buffers
-from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, allocate_outputs, check_block_size, check_num_warps,
-                      finisher, next_power_of_2)
+from .problem import (LOSS_CODES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size,
+                      check_num_warps, finisher, next_power_of_2)
 from .prologue import prologue_launch
 from .split_row import cooperative_slots, default_split_row_config
 from .two_pass import default_two_pass_config
@@ -26,13 +26,30 @@ from .vocab_parallel_exchange import (LAG_STEPS, TIMEOUT_MESSAGE, check_timeout,
                                       exchange_kernel)
 from .vocab_parallel_gather import gather_grad_kernel, gather_stats_kernel
 
-if TYPE_CHECKING:  # the problem is built in vocab_parallel, which imports these planners
-    from .vocab_parallel import VocabParallelProblem
-
 DEFAULT_TIMEOUT_S = 30.0  # the longest a symmetric-design program waits for one row's summaries
 INTERPRETER_POLLS_PER_S = 1000  # the interpreter has no clock: a wait is counted in polls (about 1 ms each)
 OPTIONS = {"all_gather": (), "symmetric": ("timeout_s", "lag", "poll_first")}
 CE_LABELS_CODE = LOSS_CODES[("cross_entropy", "labels")]
+
+
+@dataclass
+class VocabParallelProblem:
+    """A loss call on one rank's slice of the vocabulary: the local :class:`~kernels.problem.Problem` plus where the
+    slice lies in the whole vocabulary."""
+
+    problem: Problem  # n_cols = V_local
+    group: Any
+    rank: int
+    world_size: int
+
+    @property
+    def vocab(self) -> int:
+        return self.problem.n_cols * self.world_size
+
+    @property
+    def col_offset(self) -> int:
+        return self.rank * self.problem.n_cols
+
 
 
 def summary_width(loss_code: int) -> int:
