@@ -318,7 +318,7 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     after = part[part["side"] == "after"].iloc[0]
     if math.isnan(after["recorded_ms"]):
         return shown, "No recorded row measures this step."
-    where = "Measured now" if str(after["source"]).startswith("measured now") else "Recorded on the H100"
+    where = "Measured now" if "(measured now)" in str(after["source"]) else "Recorded on the H100"
     text = (f"{where}: **{after['recorded_ms']:.3f} ms** ({after['pct_of_copy']:.0f}% of copy "
             f"bandwidth); the model predicts **{after['predicted_ms']:.3f} ms**, bound by `{after['bound']}`")
     before = part[part["side"] == "before"]
@@ -641,8 +641,15 @@ def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
         hit = (out["step"] == row.step) & (out["side"] == row.side)
         out.loc[hit, "recorded_ms"] = row.ms_median
         out.loc[hit, "pct_of_copy"] = row.pct_of_copy
-        out.loc[hit, "source"] = f"measured now ({LIVE_STUDY}.csv)"
+        out.loc[hit, "source"] = f"{LIVE_STUDY}.csv (measured now)"
     return out
+
+
+def data_studies(frame: pd.DataFrame) -> list[str]:
+    """The studies whose files the page's rows and evidence come from (their sidecars give the provenance note)."""
+    timed = {source.split(".csv")[0] for source in frame["source"] if ".csv" in source}
+    evidence = {pick.study for step in STEPS for pick in step.records}  # compile counts, profiler counters
+    return sorted(timed | evidence)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -179,8 +179,12 @@ def test_measure_mode_runs_the_harness_on_a_cpu_at_a_tiny_shape(tmp_path):
                                                     for side in ("before", "after")}
     assert (live["ms_median"] == 1.0).all()
     merged = lp.with_live(lp.path_frame(DATA, steps=steps), live)
-    assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.startswith("measured now").all()
+    assert (merged["recorded_ms"] == 1.0).all() and merged["source"].str.endswith("(measured now)").all()
     assert lp.step_summary(merged, "kept")[1].startswith("Measured now: **1.000 ms**")
+    # the page's provenance note reads the sidecar of every study it names: the live rows' file is one of them
+    assert "learning_path" in lp.data_studies(merged)
+    sidecars = {path.stem for path in tmp_path.rglob("*.json")} | {path.stem for path in DATA.glob("*.json")}
+    assert set(lp.data_studies(merged)) <= sidecars
 
 
 FOLDABLE = '''
