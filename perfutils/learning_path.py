@@ -330,14 +330,20 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     return shown, text + "."
 
 
-def speedups(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per step with both sides recorded: the recorded and the predicted speed-up (before / after)."""
+def speedups(frame: pd.DataFrame, one_process: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per step with both sides recorded: the recorded and the predicted speed-up (before / after), and the speed-up
+    of ``one_process`` (:func:`one_process_rows`) where it holds both sides of a step."""
     wide = frame.pivot_table(index=["order", "step", "title"], columns="side",
                              values=["recorded_ms", "predicted_ms"], aggfunc="first")
     out = pd.DataFrame({"recorded speed-up": wide[("recorded_ms", "before")] / wide[("recorded_ms", "after")],
                         "predicted speed-up": wide[("predicted_ms", "before")] / wide[("predicted_ms", "after")]}) \
         if ("recorded_ms", "before") in wide.columns else pd.DataFrame(columns=["recorded speed-up", "predicted speed-up"])
-    return out.dropna(how="all").reset_index()
+    out = out.dropna(how="all").reset_index()
+    if one_process is not None:
+        sides = one_process.pivot_table(index="step", columns="side", values="ms_median", aggfunc="first")
+        ratio = (sides["before"] / sides["after"]) if {"before", "after"} <= set(sides.columns) else pd.Series(dtype=float)
+        out["one-process speed-up"] = out["step"].map(ratio)
+    return out
 
 
 def step_functions(step: PathStep) -> list:
@@ -585,14 +591,8 @@ def live_case(pick: Pick | None) -> tuple | None:
             (where["variant"], block, where.get("num_warps")))
 
 
-def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | None = None,
-                 block_cap: int | None = None, measurer=None, log=print) -> pd.DataFrame:
-    """Measure every step's rows that :func:`live_case` can take, through the sweep harness (float64 checks,
-    sidecar, resumable) into ``<out>/<gpu>/learning_path.csv``; returns one row per (step, side) measured with
-    ``ms_median``. ``tokens``/``vocab``/``block_cap`` shrink every case (a CPU check under the interpreter);
-    ``measurer``: the harness's measure callable (default: the GPU's)."""
-    from .studies.cases import run_cases
-
+def _live_wanted(steps, tokens=None, vocab=None, block_cap=None) -> tuple[dict, list[dict]]:
+    """The harness cases that measure ``steps``' rows again (by shape) and, per (step, side), the row each wants."""
     cases, wanted = {}, []
     for step in steps:
         for side, pick in (("before", step.before), ("after", step.after)):
@@ -602,21 +602,15 @@ def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | No
             loss, target_format, n_cols, n_rows, (variant, block, warps) = case
             n_cols, n_rows = vocab or n_cols, tokens or n_rows
             block = min(block, block_cap) if block and block_cap else block
-            key = (loss, target_format, n_cols, n_rows)
-            cases.setdefault(key, {})[(variant, block, warps)] = None
+            cases.setdefault((loss, target_format, n_cols, n_rows), {})[(variant, block, warps)] = None
             wanted.append({"step": step.key, "side": side, "loss": loss, "target_format": target_format,
                            "vocab": n_cols, "tokens": n_rows, "variant": variant, "block_size": block,
                            "num_warps": warps})
-    measured = []
-    for (loss, target_format, n_cols, n_rows), chosen in cases.items():
-        log(f"{LIVE_STUDY}: {loss}/{target_format} {n_rows} x {n_cols}: {len(chosen)} cases")
-        records = run_cases(LIVE_STUDY, list(chosen), losses=[(loss, target_format)], vocabs=[n_cols],
-                            tokens=[n_rows], out=str(out), measurer=measurer, log=log)
-        if records is not None:
-            measured.append(records)
-    if not measured:
-        return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
-    rows = pd.concat(measured, ignore_index=True)
+    return cases, wanted
+
+
+def _match_live(rows: pd.DataFrame, wanted: list[dict]) -> pd.DataFrame:
+    """One row per wanted (step, side) found among the harness's ok ``rows`` (the latest where several match)."""
     rows = rows[rows["status"].fillna("ok") == "ok"]
     out_rows = []
     for want in wanted:
@@ -631,6 +625,36 @@ def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | No
                              "ms_median": float(match.iloc[-1]["ms_median"]),
                              "pct_of_copy": float(match.iloc[-1].get("pct_of_copy", math.nan))})
     return pd.DataFrame(out_rows, columns=["step", "side", "ms_median", "pct_of_copy"])
+
+
+def measure_path(out, *, steps=STEPS, tokens: int | None = None, vocab: int | None = None,
+                 block_cap: int | None = None, measurer=None, log=print) -> pd.DataFrame:
+    """Measure every step's rows that :func:`live_case` can take, through the sweep harness (float64 checks,
+    sidecar, resumable) into ``<out>/<gpu>/learning_path.csv``; returns one row per (step, side) measured with
+    ``ms_median``. ``tokens``/``vocab``/``block_cap`` shrink every case (a CPU check under the interpreter);
+    ``measurer``: the harness's measure callable (default: the GPU's)."""
+    from .studies.cases import run_cases
+
+    cases, wanted = _live_wanted(steps, tokens, vocab, block_cap)
+    measured = []
+    for (loss, target_format, n_cols, n_rows), chosen in cases.items():
+        log(f"{LIVE_STUDY}: {loss}/{target_format} {n_rows} x {n_cols}: {len(chosen)} cases")
+        records = run_cases(LIVE_STUDY, list(chosen), losses=[(loss, target_format)], vocabs=[n_cols],
+                            tokens=[n_rows], out=str(out), measurer=measurer, log=log)
+        if records is not None:
+            measured.append(records)
+    if not measured:
+        return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
+    return _match_live(pd.concat(measured, ignore_index=True), wanted)
+
+
+def one_process_rows(data_dir, steps=STEPS) -> pd.DataFrame:
+    """The path's rows as MODE="measure" recorded them (``learning_path.csv``: every step it can take, in one
+    process at one code), one per (step, side); empty where that file is absent."""
+    path = Path(data_dir) / f"{LIVE_STUDY}.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
+    return _match_live(pd.read_csv(path), _live_wanted(steps)[1])
 
 
 def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:

@@ -284,3 +284,18 @@ def test_exercise_changes_one_switch_and_checks_it_against_the_reference_and_the
     assert answer["recorded speed-up"].iloc[0] == 1.0
     best = answer.iloc[1:].sort_values("recorded ms").iloc[0]
     assert best["stack B/thread"] < answer["stack B/thread"].iloc[0]
+
+
+def test_one_process_rows_map_the_measured_file_back_to_the_steps():
+    """learning_path.csv (MODE="measure" on the H100, one process) read back as (step, side) rows, and the
+    speed-up they give beside the recorded and predicted ones."""
+    rows = lp.one_process_rows(DATA)
+    assert len(rows) and rows["ms_median"].gt(0).all()
+    assert set(rows["step"]) <= {step.key for step in lp.STEPS}
+    ups = lp.speedups(lp.path_frame(DATA), rows)
+    sides = rows.pivot_table(index="step", columns="side", values="ms_median")
+    measured = ups.dropna(subset=["one-process speed-up"])
+    assert len(measured)
+    for _, row in measured.iterrows():
+        assert row["one-process speed-up"] == sides.loc[row["step"], "before"] / sides.loc[row["step"], "after"]
+    assert lp.one_process_rows(DATA / "absent").empty
