@@ -26,12 +26,12 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
-import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
 from ..data.schema import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .figures import plain_log_ticks
 from .figures import check_frame, label_points
 
 __all__ = [
@@ -204,15 +204,6 @@ def compare_cases(df: pd.DataFrame, *, loss: str | None = "reverse_kl", target_f
     return out.reset_index(drop=True)
 
 
-def _plain_log_ticks(ax, axis: str = "y") -> None:
-    """Decimal tick labels (0.5, 1, 2) on a log axis instead of powers of ten."""
-    formatter = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    target.set_major_formatter(formatter)
-    target.set_minor_formatter(matplotlib.ticker.NullFormatter())
-
-
 def _grouped_bars(table: pd.DataFrame, columns: Sequence[tuple[str, float]], *, figsize):
     """One panel per ``(column, scale)``: that column times ``scale`` as bars, one group per vocab, one bar per case
     (in the table's order). Returns ``(fig, axes, groups)``, ``groups`` = [(case, bar x positions, its rows by
@@ -268,7 +259,7 @@ def plot_reproduction(table: pd.DataFrame, *, title: str = "", highlight: str | 
                 ax_ms.annotate(f"{row.x_reference:.1f}×", (xi, row.ms), xytext=(0, -4), textcoords="offset points",
                                ha="center", va="top", fontsize=8, fontweight="bold", color="white")
     ax_ms.set_yscale("log")
-    _plain_log_ticks(ax_ms)
+    plain_log_ticks(ax_ms)
     ax_ms.set_ylim(table["ms"].min() / 2, table["ms"].max() * 6)
     ax_ms.set_ylabel("time per fwd+bwd call (ms, log scale)")
     above = "above each Triton bar: registers and stack per thread, occupancy"
@@ -405,8 +396,8 @@ def plot_time_vs_traffic(points: pd.DataFrame, *, copy_gbps: float, l2_bytes: fl
                        label=f"resident stack {'>' if flag else '≤'} L2 ({l2_bytes / 2**20:.0f} MiB)", **style)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _plain_log_ticks(ax, "x")
-    _plain_log_ticks(ax, "y")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("minimal bytes + static spill traffic (GB, offline sm_90 compile)")
     ax.set_ylabel("measured time (ms)")
     ax.grid(alpha=0.3, which="both")
@@ -527,7 +518,7 @@ def plot_ablation_waterfall(walk: pd.DataFrame, *, reference_ms: float | None = 
         ticks.append(f"{name}\n{row.ms:.3f} ms\n{resources}")
     ax.set_xticks(x, ticks, fontsize=7)
     ax.set_yscale("log")
-    _plain_log_ticks(ax)
+    plain_log_ticks(ax)
     ax.set_ylim(floor, ms.max() * 1.6)
     ax.set_ylabel("time per fwd+bwd call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3, which="both")

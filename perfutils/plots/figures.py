@@ -9,6 +9,7 @@ from pathlib import Path
 import math
 
 import matplotlib
+import matplotlib.ticker
 import pandas as pd
 
 from ..data.records import check_single_gpu
@@ -145,3 +146,12 @@ def label_points(ax, xs, ys, labels, *, fontsize: float = 6.0, offset=(4.0, 0.0)
                                        fontsize=fontsize, va="center", arrowprops=arrow, **text_kw))
         placed.append(moved)
     return annotations
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Decimal tick labels (0.5, 1, 2) on a log axis instead of powers of ten."""
+    formatter = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(formatter)
+    target.set_minor_formatter(matplotlib.ticker.NullFormatter())

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .figures import check_frame
+from .figures import check_frame, plain_log_ticks
 
 __all__ = ["plot_path"]
 
@@ -32,6 +32,7 @@ def plot_path(frame: pd.DataFrame, *, title: str = ""):
     ax.scatter(steps["floor_ms"], y, marker="|", s=260, color="black", zorder=3, label="bytes at copy bandwidth")
     ax.set_yticks(y, [_label(r) for r in steps.itertuples()], fontsize=8)
     ax.set_xscale("log")
+    plain_log_ticks(ax, "x")  # 0.2, 0.5, 1, 2 ms: powers-of-ten labels of the minor ticks overlapped
     ax.set_xlabel("time per call, fwd+bwd (ms, log scale)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", which="both", alpha=0.3)
