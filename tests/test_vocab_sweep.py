@@ -688,6 +688,28 @@ def test_autograd_ratio_compares_only_rows_one_process_measured(tmp_path):
     assert plots.autograd_line(ratios[~ratios["side_by_side"]]) is None
 
 
+def test_autograd_line_leads_with_the_latest_measurement_when_one_day_holds_two_commits():
+    """Two side-by-side measurements on one day, of two commits: the sentence leads with the later one (it once
+    picked by day alone, and named the earlier commit's cells as the latest)."""
+    from perfutils.plots import vocab_sweep as plots
+
+    cases = {"cases": [["public", None, None], ["public_autograd", None, None]]}
+    meta = {"timestamp_utc": "2026-11-28T01:00:00Z", "code_commit": "aaaaaaa", "parameters": cases,
+            "sessions": [{"timestamp_utc": "2026-11-28T07:00:00Z", "code_commit": "bbbbbbb", "parameters": cases}]}
+    rows = []
+    for variant, tokens, ms, stamp in [("public", 1024, 0.05, "2026-11-28T01:01:00Z"),
+                                       ("public_autograd", 1024, 0.20, "2026-11-28T01:02:00Z"),
+                                       ("public", 4096, 0.19, "2026-11-28T07:01:00Z"),
+                                       ("public_autograd", 4096, 0.20, "2026-11-28T07:02:00Z")]:
+        rows.append(dict(loss="cross_entropy", target_format="labels", variant=variant, dtype="bf16", tokens=tokens,
+                         vocab=32000, ms_median=ms, pct_of_copy=50.0, status="ok", gpu_name=H100, timestamp_utc=stamp))
+    ratios = plots.autograd_ratio(pd.DataFrame(rows), meta)
+    assert ratios["side_by_side"].all() and ratios["code_commit"].tolist() == ["aaaaaaa", "bbbbbbb"]
+    assert plots.latest_pairs(ratios)["tokens"].tolist() == [4096]
+    line = plots.autograd_line(ratios)
+    assert "on 2026-11-28, commit bbbbbbb: 1.05× at 4096 tokens" in line and "(1 cells, 1 other commits" in line
+
+
 def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floors(tmp_path):
     from perfutils.plots import summary
 

@@ -287,11 +287,11 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
     rows = rows[rows["provider"].isin(["public", "public_autograd"])]
     if rows.empty:
         return pd.DataFrame(columns=["loss_label", "tokens", "vocab", "public_ms", "autograd_ms",
-                                     "autograd_over_public", "code_commit", "day", "side_by_side"])
+                                     "autograd_over_public", "code_commit", "day", "autograd_time", "side_by_side"])
     rows = rows.assign(session=row_sessions(rows, meta), code_commit=row_commits(rows, meta),
-                       day=rows["timestamp_utc"].astype(str).str[:10])
+                       day=rows["timestamp_utc"].astype(str).str[:10], time=rows["timestamp_utc"].astype(str))
     keys = ["loss_label", "tokens", "vocab"]
-    columns = ["ms_median", "session", "code_commit", "day"]
+    columns = ["ms_median", "session", "code_commit", "day", "time"]
     plain = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
     grad = rows[rows["provider"] == "public_autograd"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
     both = plain.join(grad.add_prefix("autograd_"), how="inner").reset_index()
@@ -302,15 +302,16 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
                                         ordered=True)
     both = both.sort_values(["tokens", "vocab", "loss_label"]).reset_index(drop=True)
     return both[["loss_label", "tokens", "vocab", "public_ms", "autograd_ms", "autograd_over_public", "code_commit",
-                 "day", "side_by_side"]]
+                 "day", "autograd_time", "side_by_side"]]
 
 
 def latest_pairs(ratios: pd.DataFrame) -> pd.DataFrame:
-    """The rows of :func:`autograd_ratio` measured side by side in its latest measurement (one day, one commit)."""
+    """The rows of :func:`autograd_ratio` measured side by side in its latest measurement (one day, one commit: the
+    commit of the latest row, as one day may hold measurements of several)."""
     paired = ratios[ratios["side_by_side"]]
     if paired.empty:
         return paired
-    latest = paired.sort_values("day").iloc[-1]
+    latest = paired.sort_values("autograd_time").iloc[-1]
     commits = paired["code_commit"].fillna("")  # rows of an unrecorded commit share that (unknown) code
     commit = latest["code_commit"] if isinstance(latest["code_commit"], str) else ""
     return paired[(paired["day"] == latest["day"]) & (commits == commit)]
