@@ -707,7 +707,7 @@ def test_autograd_line_leads_with_the_latest_measurement_when_one_day_holds_two_
     assert ratios["side_by_side"].all() and ratios["code_commit"].tolist() == ["aaaaaaa", "bbbbbbb"]
     assert plots.latest_pairs(ratios)["tokens"].tolist() == [4096]
     line = plots.autograd_line(ratios)
-    assert "on 2026-11-28, commit bbbbbbb: 1.05× at 4096 tokens" in line and "(1 cells, 1 other commits" in line
+    assert "on 2026-11-28, commit bbbbbbb: 1.05× at 4096 tokens" in line and "(1 cell, 1 other commit, 2026-11-28 to 2026-11-28)" in line
 
 
 def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floors(tmp_path):

@@ -339,8 +339,9 @@ def autograd_line(ratios: pd.DataFrame) -> str | None:
     if len(earlier):
         ratio = earlier["autograd_over_public"]
         days = f"{earlier['day'].min()} to {earlier['day'].max()}"
-        text += (f" Earlier side-by-side pairs ({len(earlier)} cells, {earlier['code_commit'].nunique()} other "
-                 f"commits, {days}): {span(ratio)}×.")
+        commits = earlier["code_commit"].nunique()
+        text += (f" Earlier side-by-side pairs ({len(earlier)} cell{'s' if len(earlier) != 1 else ''}, {commits} other "
+                 f"commit{'s' if commits != 1 else ''}, {days}): {span(ratio)}×.")
     apart = int((~ratios["side_by_side"]).sum())
     if apart:
         text += (f" At {apart} cell{'s' if apart != 1 else ''} the two forms' rows come from different processes "
