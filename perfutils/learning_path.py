@@ -35,7 +35,7 @@ from .model.roofline import loss_cost
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
            "knob_compiled", "knob_measured", "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live",
-           "constexpr_defaults", "fold_constexprs", "folded_switches", "exercise_variant", "exercise_check",
+           "constexpr_defaults", "fold_constexprs", "without_docstring", "folded_switches", "exercise_variant", "exercise_check",
            "exercise_model", "exercise_answer"]
 
 
@@ -369,8 +369,19 @@ def step_diff(step: PathStep, context: int = 1) -> str | None:
     if step.fold:
         new = fold_constexprs(new, step.fold)
         old = fold_constexprs(old, [n for n in step.fold if n in constexpr_defaults(old)])
+    old, new = without_docstring(old), without_docstring(new)  # rewritten prose would hide the code's change
     return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{module}.{name}",
                                           f"{step.functions[0][0]}.{step.functions[0][1]}", lineterm="", n=context))
+
+
+def without_docstring(source: str) -> str:
+    """A function's source without its docstring (the lines of the first statement when it is a string)."""
+    function = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef))
+    first = function.body[0] if function.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)):
+        return source
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:first.lineno - 1] + lines[first.end_lineno:])
 
 
 def folded_switches(step: PathStep) -> dict:

@@ -299,3 +299,11 @@ def test_one_process_rows_map_the_measured_file_back_to_the_steps():
     for _, row in measured.iterrows():
         assert row["one-process speed-up"] == sides.loc[row["step"], "before"] / sides.loc[row["step"], "after"]
     assert lp.one_process_rows(DATA / "absent").empty
+
+
+def test_diffs_leave_docstrings_out_and_keep_the_code():
+    source = 'def k(x):\n    """Doc,\n    two lines."""\n    y = x  # code\n    return y\n'
+    assert lp.without_docstring(source) == "def k(x):\n    y = x  # code\n    return y\n"
+    assert lp.without_docstring("def k(x):\n    return x\n") == "def k(x):\n    return x\n"
+    lagged = lp.step_diff(next(step for step in lp.STEPS if step.key == "lagged"))
+    assert '"""' not in lagged and "@@" in lagged
