@@ -565,14 +565,11 @@ def knob_measured(data_dir, block_size: int, num_warps: int, *, out, loss: str =
     records = run_cases(LIVE_STUDY, [("fused", block_size, num_warps)], losses=[(loss, target_format)],
                         vocabs=[n_cols], tokens=[n_rows], out=str(out), measurer=measurer,
                         log=log or (lambda *_: None))
-    rows = records if records is not None else pd.DataFrame()
-    for column, value in (("loss", loss), ("target_format", target_format), ("vocab", n_cols), ("tokens", n_rows),
-                          ("variant", "fused"), ("block_size", block_size), ("num_warps", num_warps)):
-        rows = rows[rows[column] == value] if len(rows) else rows
-    rows = rows[rows["status"].fillna("ok") == "ok"] if len(rows) else rows
-    if rows.empty:
+    row = _latest_row(records if records is not None else pd.DataFrame(),
+                      {"loss": loss, "target_format": target_format, "vocab": n_cols, "tokens": n_rows,
+                       "variant": "fused", "block_size": block_size, "num_warps": num_warps})
+    if row is None:
         raise RuntimeError(f"the harness measured no fused {block_size} x {num_warps} row")
-    row = rows.iloc[-1].to_dict()
     launched = all(row.get(c) == row.get(c) and row.get(c) is not None for c in COUNT_COLUMNS)
     counts = row if launched else recorded  # no GPU launch (a dry run): the recorded counts
     gpu = gpu or model.gpu_from_folder(data_dir)
@@ -620,21 +617,26 @@ def _live_wanted(steps, tokens=None, vocab=None, block_cap=None) -> tuple[dict, 
     return cases, wanted
 
 
+def _latest_row(rows: pd.DataFrame, want: dict) -> dict | None:
+    """The latest of the harness's ok ``rows`` whose case is ``want`` (loss, target_format, vocab, tokens, variant,
+    and block_size / num_warps where not None), or None."""
+    if rows.empty:
+        return None
+    match = rows[rows["status"].fillna("ok") == "ok"]
+    for column in ("loss", "target_format", "vocab", "tokens", "variant", "block_size", "num_warps"):
+        if want[column] is not None:
+            match = match[match[column] == want[column]]
+    return match.iloc[-1].to_dict() if len(match) else None
+
+
 def _match_live(rows: pd.DataFrame, wanted: list[dict]) -> pd.DataFrame:
     """One row per wanted (step, side) found among the harness's ok ``rows`` (the latest where several match)."""
-    rows = rows[rows["status"].fillna("ok") == "ok"]
     out_rows = []
     for want in wanted:
-        match = rows
-        for column in ("loss", "target_format", "vocab", "tokens", "variant"):
-            match = match[match[column] == want[column]]
-        for column in ("block_size", "num_warps"):
-            if want[column] is not None:
-                match = match[match[column] == want[column]]
-        if len(match):
-            out_rows.append({"step": want["step"], "side": want["side"],
-                             "ms_median": float(match.iloc[-1]["ms_median"]),
-                             "pct_of_copy": float(match.iloc[-1].get("pct_of_copy", math.nan))})
+        row = _latest_row(rows, want)
+        if row is not None:
+            out_rows.append({"step": want["step"], "side": want["side"], "ms_median": float(row["ms_median"]),
+                             "pct_of_copy": float(row.get("pct_of_copy", math.nan))})
     return pd.DataFrame(out_rows, columns=["step", "side", "ms_median", "pct_of_copy"])
 
 
