@@ -17,6 +17,8 @@ __all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_FUNCTION = re.compile(r"Function properties for (\S+)\s*\n\s*(\d+ bytes stack frame, \d+ bytes spill stores, "
+                             r"\d+ bytes spill loads)")
 
 
 def parse_res_usage(text: str, kernel: str) -> dict[str, int] | None:
@@ -35,14 +37,21 @@ def parse_res_usage(text: str, kernel: str) -> dict[str, int] | None:
     return found
 
 
-def parse_ptxas_log(text: str) -> dict[str, int] | None:
-    """Parse ``ptxas -v``: registers, stack frame and static spill store/load bytes of the last function."""
+def parse_ptxas_log(text: str, kernel: str | None = None) -> dict[str, int] | None:
+    """Parse ``ptxas -v``: registers, stack frame and static spill store/load bytes of the entry function ``kernel``
+    (its ``Function properties for <kernel>`` block), else of the last function. A kernel that calls a noinline
+    device function gets one block per function, and the callee's comes last: reading it reported the callee's
+    4-byte spill for a kernel with 664 bytes of its own."""
     regs = _PTXAS_REGS.findall(text)
     frames = _PTXAS_FRAME.findall(text)
     if not regs or not frames:
         return None
-    stack, stores, loads = map(int, frames[-1])
-    return {"n_regs": int(regs[-1]), "stack": stack, "spill_stores": stores, "spill_loads": loads}
+    blocks = dict(_PTXAS_FUNCTION.findall(text))
+    frame = _PTXAS_FRAME.fullmatch(blocks[kernel]).groups() if kernel in blocks else frames[-1]
+    stack, stores, loads = map(int, frame)
+    entry_regs = re.search(rf"entry function '{re.escape(kernel)}'[\s\S]*?Used (\d+) registers", text) if kernel else None
+    return {"n_regs": int(entry_regs.group(1) if entry_regs else regs[-1]), "stack": stack, "spill_stores": stores,
+            "spill_loads": loads}
 
 
 # ELF .nv.info attributes (from the EIATTR enumeration the CUDA tools print with `cuobjdump -elf`).

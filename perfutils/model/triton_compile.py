@@ -211,10 +211,10 @@ def _compile_uncached(jit_fn: Any, spec: Specialization, num_warps: int, num_sta
     fp_fusion = bool(metadata_get(metadata, "enable_fp_fusion", True))
 
     ptxas_log = log.getvalue() or None
-    ptxas_numbers = parse_ptxas_log(ptxas_log) if ptxas_log else None
+    ptxas_numbers = parse_ptxas_log(ptxas_log, name) if ptxas_log else None
     if ptxas_numbers is None:  # came from Triton's disk cache: ptxas did not run in this process
         ptxas_log = rerun_ptxas(ptx, target.arch, fp_fusion, metadata_get(metadata, "ptx_options", None))
-        ptxas_numbers = parse_ptxas_log(ptxas_log) if ptxas_log else None
+        ptxas_numbers = parse_ptxas_log(ptxas_log, name) if ptxas_log else None
 
     tool, res, sass = "", None, None
     with tempfile.TemporaryDirectory(prefix="perfutils_cubin_") as tmp:
