@@ -4,7 +4,7 @@ against float64 first (the loss over every row, the gradient on its first rows).
 faster through what users call, in one machine moment rather than across sessions.
 
   git archive BASE_COMMIT kernels | tar -x -C DIR     # the other commit's kernels, in an ignored folder
-  python scripts/ab_code_trees.py --base DIR LOSS/FORMAT:TOKENSxVOCAB [...] [--rounds 5]
+  python scripts/ab_code_trees.py --base DIR LOSS/FORMAT:TOKENSxVOCAB [...] [--rounds 5] [--variant fused]
 
 The other tree is imported as the package ``kernels_base`` (its modules import each other relatively); it shares this
 checkout's ``perfutils``, and its operators are renamed in DIR to the torch.library namespace ``fused_loss_kernels_base``. Each tree's first-call search keeps its own choices (the cache file is named by a stamp of
@@ -45,16 +45,18 @@ def main():
     parser.add_argument("cells", nargs="+", type=cell)
     parser.add_argument("--base", required=True, help="a folder holding the other commit's kernels/")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variant", default="auto", help="the public call's variant (default auto: the search's)")
     args = parser.parse_args()
     trees = {"head": kernels, "base": import_tree(args.base)}
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
 
     def make_calls(x, t, loss, fmt):
-        return {name: (lambda tree=tree: tree.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt))
+        return {name: (lambda tree=tree: tree.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt,
+                                                                             variant=args.variant))
                 for name, tree in trees.items()}
 
     def describe(name, x, t, loss, fmt):  # after the first call: the search's choice
-        return trees[name].prepare(x, t, loss=loss, target_format=fmt).config
+        return trees[name].prepare(x, t, loss=loss, target_format=fmt, variant=args.variant).config
 
     compare(args.cells, make_calls, describe, args.rounds)
 
