@@ -560,11 +560,11 @@ def scaled_gradient(x, t, m_x, m_t, q_scale, p_scale, offset, lanes, label, LOSS
     if LOSS == CE_LABELS:
         grad = e_x * q_scale - tl.where(lanes == label, p_scale, 0.0)
     elif LOSS == REVERSE_KL:
-        # where e_x is 0 the gradient is 0 (0·log 0 := 0), but a bad row (NaN, +inf, all -inf: a NaN loss and so a
-        # NaN offset) takes the first branch everywhere and so is NaN, like the other losses. A constant 0.0 in the
-        # second branch matters: a per-row 0 * offset there made ptxas halve fused's registers (128 -> 64, 1 KB stack).
-        # (A where, not `|`: the interpreter cannot or a scalar bool into a tile.)
-        grad = tl.where(tl.where(e_x > 0, True, offset != offset), e_x * (q_scale * (x - t) - offset), 0.0)
+        # where x is -inf, e_x is 0 and x - t is -inf or NaN: a finite stand-in keeps the gradient there at 0 (0·log 0
+        # := 0), and a bad row (NaN, +inf, all -inf: NaN scales) still gets NaN in every lane, like the other losses.
+        # Not a select of the result: a per-row NaN in a where made ptxas halve fused's registers (128 -> 64).
+        d = x - t
+        grad = e_x * (q_scale * tl.where(d > -1e20, d, -1e20) - offset)
     else:
         grad = e_x * q_scale - tl.exp2(t * LOG2E - m_t) * p_scale
     return grad
@@ -580,9 +580,8 @@ def tile_gradient(e_x, q_factor, e_t, p_factor, d2, cols, label, lse_diff2, kl, 
     q = e_x * q_factor
     if LOSS == CE_LABELS:
         grad = q - tl.where(cols == label, 1.0, 0.0)
-    elif LOSS == REVERSE_KL:
-        # a bad row (NaN kl) takes the first branch: NaN everywhere; see scaled_gradient
-        grad = tl.where(tl.where(e_x > 0, True, kl != kl), q * ((d2 - lse_diff2) * LN2 - kl), 0.0)
+    elif LOSS == REVERSE_KL:  # + 0 * kl: NaN in every lane of a bad row; see scaled_gradient
+        grad = tl.where(e_x > 0, q * ((d2 - lse_diff2) * LN2 - kl), 0.0) + kl * 0.0
     else:
         grad = q - e_t * p_factor
     return grad
