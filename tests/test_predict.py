@@ -176,3 +176,64 @@ def test_the_second_inputs_instructions_come_from_the_sass_counts(tmp_path):
     assert share is not None and 0.5 < share < 1.0
     assert DEFAULT_CONSTANTS.second_input_instructions == pytest.approx(share, abs=0.01)
     assert second_input_instructions(tmp_path) is None
+
+
+def _lagged(resident: int = 4, tile: int = 4096, loads_ahead: int = 0) -> LaunchConfig:
+    kp = KernelPass("split_row.lagged", programs=132 * resident, tile=tile, num_warps=4, resident=resident,
+                    steps=4096 * 131072 / (132 * resident * tile), load_bytes_per_step=4 * tile,
+                    dram_bytes=4096 * 131072 * 6.0, l2_bytes=4096 * 131072 * 4.0, elements=2 * 4096 * 131072,
+                    inputs=2, tiles_per_step=2, loads_ahead=loads_ahead)
+    return LaunchConfig("synthetic", "k", "public", "reverse_kl", "logits", 4096, 131072, "bf16", passes=(kp,))
+
+
+@pytest.mark.parametrize("loads_ahead", [0, 1])
+def test_more_resident_programs_never_predict_slower(loads_ahead):
+    """At one tile, a persistent grid with more programs per SM keeps more bytes in flight: never slower."""
+    gpu = Gpu(GPU.ceilings, sm_count=132)
+    times = [predict(_lagged(r, loads_ahead=loads_ahead), gpu).ms for r in (1, 2, 3, 4, 6, 8)]
+    assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(times, times[1:]))
+    assert times[0] > times[-1]
+
+
+def test_loads_ahead_never_slower_and_always_in_flight():
+    """Loads issued a step ahead are in flight through the arithmetic (duty 1); waiting for it they are in flight
+    only the round trip's share of the step, and the average is below what was requested."""
+    from perfutils.model.predict import in_flight
+
+    gpu = Gpu(GPU.ceilings, sm_count=132)
+    waiting, ahead = _lagged(4).passes[0], _lagged(4, loads_ahead=1).passes[0]
+    plain, early = in_flight(waiting, gpu), in_flight(ahead, gpu)
+    assert 0 < plain["duty"] < 1 and plain["effective_bytes"] < plain["nominal_bytes"] == 4 * 4 * 4096
+    assert early["duty"] == 1 and early["effective_bytes"] == early["nominal_bytes"]
+    assert predict(_lagged(4, loads_ahead=1), gpu).ms <= predict(_lagged(4), gpu).ms
+
+
+def test_faster_memory_leaves_a_latency_bound_launch_further_from_copy():
+    """The same launch on a GPU with faster DRAM (same SMs, clock, L2) runs a lower share of its copy bandwidth
+    when too few bytes are in flight: Little's law needs bandwidth x latency, and only the bandwidth grew."""
+    from perfutils.model.predict import in_flight
+
+    slow = Gpu(Ceilings(dram_gbps=3000.0, l2_gbps=7600.0, fp32_tflops=61.0, exp2_tops=4.1))
+    fast = Gpu(Ceilings(dram_gbps=4200.0, l2_gbps=7600.0, fp32_tflops=61.0, exp2_tops=4.1))
+    config = _lagged(2, tile=2048)
+    pct = {name: config.passes[0].dram_bytes / (gpu.ceilings.dram_gbps * 1e9) / (predict(config, gpu).ms * 1e-3)
+           for name, gpu in (("slow", slow), ("fast", fast))}
+    assert pct["fast"] < pct["slow"]
+    assert predict(config, fast).ms < predict(config, slow).ms  # still faster in time
+    assert in_flight(config.passes[0], fast)["needed_bytes"] > in_flight(config.passes[0], slow)["needed_bytes"]
+
+
+def test_a_lagged_plan_without_its_grid_gets_the_persistent_one():
+    """A split_row plan recorded without its grid (the H200's public rows) is modelled as the persistent grid
+    plan_split_row launches (whole rows of chunks, no more programs than the SMs hold), with the lagged step's two
+    tiles of arithmetic and its LAG_STEPS extra steps, not one program per row."""
+    from perfutils.model.predict import LAG_STEPS, config_from_row, gpu_from_folder
+
+    gpu = gpu_from_folder(DATA)
+    plan = '{"block_size": 4096, "num_warps": 4, "options": {"maxnreg": 96}, "variant": "split_row"}'
+    config = config_from_row(dict(study="vocab_sweep", config_key="k", loss="forward_kl", target_format="logits",
+                                  variant="public", dtype="bf16", tokens=4096, vocab=131072, plan_config=plan), gpu)
+    (kp,) = config.passes
+    assert kp.programs % 32 == 0 and kp.programs <= kp.resident * gpu.sm_count
+    assert kp.tiles_per_step == 2 and kp.elements == 2 * 4096 * 131072
+    assert kp.steps == pytest.approx(4096 / (kp.programs / 32) + LAG_STEPS)

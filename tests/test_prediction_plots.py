@@ -104,3 +104,32 @@ def test_sidecar_dates(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"timestamp_utc": "2026-11-23T10:00:00Z", "sessions": [
         {"timestamp_utc": "2026-11-23T10:00:00Z"}, {"timestamp_utc": "2026-11-28T01:49:37Z"}]}))
     assert pp.sidecar_dates(tmp_path, ["c"]) == "2026-11-23 to 2026-11-28"  # rows added by a later process count
+
+
+def test_what_binds_at_the_public_cells_and_what_a_kernel_needs():
+    """Notebook 11's public-cell table and need: every recorded public cell is there with its in-flight bytes, the
+    summary groups them per GPU, tokens and family, and the need is the fewest bytes in flight reaching the target."""
+    from pathlib import Path
+
+    from perfutils.model.predict import gpu_from_folder, load_configurations
+
+    data = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
+    cells = pp.public_cells(data)
+    assert len(cells) > 100 and set(cells["family"]) == {"labels CE", "distribution"}
+    assert (cells["effective_kib"] <= cells["nominal_kib"]).all() and (cells["needed_kib"] > 0).all()
+    summary = pp.binds_summary(cells)
+    assert summary["cells"].sum() == len(cells) and {1024, 4096, 16384} <= set(summary["tokens"])
+    assert "distribution" in pp.binds_reading(summary)
+    gpu = gpu_from_folder(data)
+    cell = next(c for c in load_configurations(data, gpu, ["vocab_sweep"])
+                if c.variant == "public" and c.loss == "reverse_kl" and c.tokens == 4096 and c.vocab == 131072)
+    sweep = pp.in_flight_sweep(cell, gpu, [1, 2, 4], [2048, 4096], loads_ahead=[0, 1], tiles_per_step=1)
+    least = pp.least_in_flight(sweep, 50.0)
+    assert list(least["loads_ahead"]) == [0, 1] and least["reaches"].all()
+    for ahead, row in least.set_index("loads_ahead").iterrows():
+        part = sweep[(sweep["loads_ahead"] == ahead) & (sweep["pct_of_copy"] >= 50.0)]
+        assert row["kb_in_flight_per_sm"] == part["kb_in_flight_per_sm"].min()
+    text = pp.needs_reading(least.assign(GPU="H100", target=50.0))
+    assert text.startswith("H100, 50% of copy:") and "KiB per SM" in text
+    fig = pp.plot_binds(cells)
+    assert len(fig.axes) == 2 and "%" in fig.axes[0].get_xlabel()

@@ -68,6 +68,7 @@ _ELEMENTWISE = {"fusion", "triton_basics"}
 CONFIG_COLUMNS = ("study", "config_key", "loss", "target_format", "variant", "dtype", "tokens", "vocab", "block_size",
                   "num_warps", "bytes_min", "n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm", "passes",
                   "plan_config", "n_kernels", "n_elements", "naive_bytes", "status")
+LAG_STEPS = 2  # kernels.split_row.LAG_STEPS: a row is finished this many steps after it was read
 L1_BYTES = 200 * 1024  # what an H100/H200 SM's 256 KB of L1 + shared leaves for local memory beside the tiles
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -79,16 +80,22 @@ class ModelConstants:
     and reported on half 1 by the check. Refitted on half 0 (``fit_half(..., rounds=3)`` twice, the second from the
     first's result) when a step came to include the SM's shared issue of every resident program's tile and the
     fit to score the order inside sweeps: the round trip fell from 1136 to 362 ns (it no longer stands in for the
-    issue time it waited behind), the block reduction rose from 27.5 to 194 cycles a level."""
+    issue time it waited behind), the block reduction rose from 27.5 to 194 cycles a level. Refitted again (the
+    same way, only the step's and the combination's constants: ``names=("dram_latency_ns",
+    "chain_cycles_per_element", "reduce_cycles_per_level", "combine_p")``) when the lagged split_row kernel's step
+    came to hold its two tiles of arithmetic (``KernelPass.tiles_per_step``; Nsight Compute counted 47
+    thread-instructions an element there, 2 x 14.7 x 1.70 = 50, where one tile counted 25): the instructions stay
+    pinned to that count, the dependent chain rose from 2.41 to 32.4 cycles an element a thread holds and the
+    combination sharpened from p = 2.37 to 3.43."""
 
-    dram_latency_ns: float = 362.0  # DRAM round trip of a tile's loads, beside the SM's issue of the step
-    chain_cycles_per_element: float = 2.41  # dependent cycles per element a thread holds, per step
-    reduce_cycles_per_level: float = 194.0  # block reduction: cycles per halving (warp shuffles + barrier)
+    dram_latency_ns: float = 352.0  # DRAM round trip of a tile's loads, beside the SM's issue of the step
+    chain_cycles_per_element: float = 32.4  # dependent cycles per element a thread holds, per step
+    reduce_cycles_per_level: float = 213.0  # block reduction: cycles per halving (warp shuffles + barrier)
     instructions_per_element: float = 14.7  # SASS issued per element per read (one input)
     second_input_instructions: float = 0.70  # what a second input adds, as a share of the first: not fitted, from
     # the SASS counts of the offline sm_90 compiles (second_input_instructions(), H100 folder: 1.73, 1.70, 1.70)
     spill_passes: float = 0.498  # times each spilled byte is stored and loaded per step
-    combine_p: float = 2.37  # smoothness of the bandwidth/latency combination
+    combine_p: float = 3.43  # smoothness of the bandwidth/latency combination
     launch_us: float = 4.05  # per launch, back to back
     host_public_us: float = 30.0  # the public call's host work per call
     host_autograd_us: float = 250.0  # the autograd form's
@@ -150,6 +157,10 @@ class KernelPass:
     elements: float = 0.0  # elements processed (issue, MUFU)
     inputs: int = 1
     spill_bytes: int = 0  # per thread
+    tiles_per_step: int = 1  # tiles a step works through: the lagged split_row kernel summarises the chunk it read
+    # from DRAM and finishes the one it reads again from L2 (2); the loads in flight are the DRAM tile's
+    loads_ahead: int = 0  # steps whose loads are issued before this step's arithmetic (prefetch, asynchronous copies
+    # to shared memory); 0: a step's loads wait for the previous step's arithmetic
 
 
 @dataclass(frozen=True)
@@ -185,23 +196,58 @@ def _soft_max(values, p: float) -> float:
     return top * sum((v / top) ** p for v in values) ** (1.0 / p)
 
 
+def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
+    """How long one step of a program lasts: the DRAM round trip of its loads, then its arithmetic.
+
+    Between one step's loads and the next, the SM's four schedulers (128 lanes a cycle) issue every resident
+    program's tiles of arithmetic (``tiles_per_step`` of them each): the resident programs share them, so a step
+    lasts at least that long beside the program's own dependent chain. Few wide tiles that keep enough bytes in
+    flight still wait for it. With ``loads_ahead`` steps of loads issued before the arithmetic, the round trip is
+    hidden behind that many steps of it: the step lasts the longer of the two."""
+    hz = gpu.clock_ghz * 1e9
+    tile = kp.tile * max(1, kp.tiles_per_step)
+    per_thread = tile / (32 * kp.num_warps)
+    instr = k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
+    chain_cycles = (per_thread * k.chain_cycles_per_element
+                    + k.reduce_cycles_per_level * math.log2(32 * kp.num_warps))
+    shared_cycles = max(1, kp.resident) * tile * instr / 128
+    chain_s = max(chain_cycles, shared_cycles) / hz
+    latency_s = k.dram_latency_ns * 1e-9
+    if kp.loads_ahead > 0:
+        return max(latency_s / kp.loads_ahead, chain_s)
+    return latency_s + chain_s
+
+
+def in_flight(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> dict:
+    """Little's law for one pass, per SM: the DRAM bytes its resident programs request a step
+    (``nominal_bytes``: programs x the tile bytes each loads, times the steps loaded ahead), the share of a step
+    they are in flight (``duty``: the round trip over the step; 1 when loads ahead hide it), the bytes in flight
+    on average (``effective_bytes``), what the GPU's stream needs in flight to be fed (``needed_bytes``: its Triton
+    copy per SM x the round trip), and the share of that stream the pass's loads can carry
+    (``latency_pct_of_stream``: bytes a step over the step's time, against the stream per SM)."""
+    per_sm_bps = gpu.stream_gbps * 1e9 / gpu.sm_count
+    latency_s = k.dram_latency_ns * 1e-9
+    step_s = step_seconds(kp, gpu, k)
+    per_step = max(1, kp.resident) * kp.load_bytes_per_step
+    ahead = max(1, kp.loads_ahead)
+    duty = 1.0 if kp.loads_ahead else min(1.0, latency_s / step_s)
+    return {"nominal_bytes": per_step * ahead, "step_ns": step_s * 1e9, "duty": duty,
+            "effective_bytes": per_step * ahead * duty, "needed_bytes": per_sm_bps * latency_s,
+            "latency_pct_of_stream": 100 * per_step / step_s / per_sm_bps}
+
+
 def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     c = gpu.ceilings
     sms = gpu.sm_count
     hz = gpu.clock_ghz * 1e9
-    per_thread = kp.tile / (32 * kp.num_warps)
+    step_s = step_seconds(kp, gpu, k)
     instr = k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
-    chain_cycles = (per_thread * k.chain_cycles_per_element
-                    + k.reduce_cycles_per_level * math.log2(32 * kp.num_warps))
-    # Between one step's loads and the next, the SM's four schedulers (128 lanes a cycle) issue every resident
-    # program's tile of arithmetic: the resident programs share them, so a step lasts at least that long beside
-    # the program's own dependent chain. Few wide tiles that keep enough bytes in flight still wait for it.
-    shared_cycles = max(1, kp.resident) * kp.tile * instr / 128
-    chain_s = max(chain_cycles, shared_cycles) / hz
-    step_s = k.dram_latency_ns * 1e-9 + chain_s
     slots = max(1, kp.resident) * sms
     waves = kp.programs / slots
     full, part = math.floor(waves), waves - math.floor(waves)
+    if full == 0:  # one wave, not full (a persistent grid a few programs short of the slots): it is the kernel
+        full, part = 1, 0.0
+        waves = 1.0
     dram_s = kp.dram_bytes / (gpu.stream_gbps * 1e9)
     wave_lat = kp.steps * step_s
     lat_full = full * wave_lat
@@ -348,12 +394,24 @@ def _loss_passes(row: dict, launch: dict, plan: dict, gpu: Gpu) -> list[KernelPa
     row_bytes = vocab * inputs * db
     out_bytes = elements * db + tokens * 4
     if "split_row" in name or plan.get("variant") == "split_row" and "fused" not in name:
+        # The cooperative lagged kernel (kernels.split_row): a persistent grid of n_slots rows x chunks programs, as
+        # many as the GPU holds (a plan recorded without its grid gets the one plan_split_row would pick); a step
+        # reads one chunk from DRAM, summarises it, and finishes the chunk read LAG_STEPS steps earlier, again
+        # from L2: two tiles of arithmetic a step, every element worked through twice, LAG_STEPS steps more than
+        # the rows a slot takes.
         chunks = int(_num(plan.get("num_chunks"), 0) or math.ceil(vocab / block))
-        programs = int(_num(plan.get("programs"), 0) or programs)
+        programs = int(_num(plan.get("programs"), 0) or 0)
+        if not programs and "grid" not in launch:
+            programs = max(1, min(tokens, resident * gpu.sm_count // chunks)) * chunks
+        programs = programs or int(np.prod(grid))
+        lagged = "cooperative" not in name and plan.get("schedule", "lagged") == "lagged"
+        slots = max(1.0, programs / chunks)
+        steps = tokens / slots + (LAG_STEPS if lagged else 0)
         return [KernelPass(name or "split_row", programs, block, warps, resident,
-                           steps=tokens * chunks / programs, load_bytes_per_step=block * inputs * db,
+                           steps=steps, load_bytes_per_step=block * inputs * db,
                            dram_bytes=elements * inputs * db + out_bytes, l2_bytes=elements * inputs * db,
-                           elements=elements, inputs=inputs, spill_bytes=spill)]
+                           elements=elements * (2 if lagged else 1), inputs=inputs, spill_bytes=spill,
+                           tiles_per_step=2 if lagged else 1)]
     if name == "two_pass.stats":
         return [KernelPass(name, programs, block, warps, resident, steps=math.ceil(vocab / block),
                            load_bytes_per_step=block * inputs * db, dram_bytes=elements * inputs * db + tokens * 8,

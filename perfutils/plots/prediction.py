@@ -20,13 +20,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, ModelConstants, predict, summarize,
-                             sweep_spearman)
+from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, ModelConstants, check, gpu_from_folder,
+                             in_flight, load_configurations, predict, summarize, sweep_spearman)
 from ..model.roofline import loss_cost
 from .figures import check_frame
 
-__all__ = ["BOUND_COLORS", "by_bound", "floor_ms", "goal_table", "in_flight_sweep", "plot_in_flight",
-           "plot_predicted_vs_measured", "sidecar_dates", "worst"]
+__all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "by_bound", "floor_ms", "goal_table", "in_flight_sweep",
+           "least_in_flight", "needs_reading", "plot_binds", "plot_in_flight", "plot_predicted_vs_measured", "public_cells",
+           "sidecar_dates", "worst"]
 
 _NEEDED = ("study", "measured_ms", "predicted_ms", "bound")
 BOUND_COLORS = {"dram": "#1f4e9c", "latency": "#d1495b", "waves": "#f28e2b", "l2": "#7b2d8b", "issue": "#8c564b",
@@ -171,29 +172,173 @@ def floor_ms(config: LaunchConfig, gpu: Gpu) -> float:
 
 
 def in_flight_sweep(config: LaunchConfig, gpu: Gpu, residents, tiles,
-                    constants: ModelConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
+                    constants: ModelConstants = DEFAULT_CONSTANTS, loads_ahead=None,
+                    tiles_per_step: int | None = None) -> pd.DataFrame:
     """What the model predicts for ``config`` (one pass) with ``resident`` programs per SM and tiles of ``tile``
     elements instead of its own, as a persistent grid (one wave: ``resident`` x SMs programs stepping over the
-    same elements with the same warps and bytes, so the steps scale as 1 / (programs x tile)). One row per
-    (resident, tile): resident warps and bytes in flight per SM, predicted ms, % of copy (the minimal bytes over
-    the measured copy bandwidth, over the prediction) and the bound."""
+    same elements with the same warps and bytes, so the steps scale as 1 / (programs x tile)), and, where
+    ``loads_ahead`` lists them, with that many steps of loads issued ahead of the arithmetic (prefetch or
+    asynchronous copies; the pass's own otherwise), and with ``tiles_per_step`` tiles of arithmetic a step instead of
+    the pass's own (1 for the lagged kernel: a step that no longer works through a re-read chunk, its elements'
+    arithmetic done once). One row per (loads ahead, resident, tile): resident warps and
+    the bytes requested in flight per SM (programs x one tile of every input x the steps ahead), predicted ms, % of
+    copy (the minimal bytes over the measured copy bandwidth, over the prediction) and the bound."""
     if len(config.passes) != 1:
         raise ValueError(f"config: expected one pass, got {len(config.passes)}")
     kp = config.passes[0]
     floor = floor_ms(config, gpu)
     per_element = kp.load_bytes_per_step / kp.tile
     work = kp.programs * kp.steps * kp.tile  # elements stepped over, all programs together
+    if tiles_per_step is not None:  # the arithmetic scales with the tiles worked through a step
+        kp = replace(kp, elements=kp.elements * tiles_per_step / kp.tiles_per_step, tiles_per_step=int(tiles_per_step))
     rows = []
-    for resident in residents:
-        for tile in tiles:
-            programs = int(resident) * gpu.sm_count
-            trial = replace(kp, programs=programs, resident=int(resident), tile=int(tile),
-                            load_bytes_per_step=per_element * tile, steps=work / (programs * tile))
-            pred = predict(replace(config, passes=(trial,)), gpu, constants)
-            rows.append({"resident": int(resident), "warps_per_sm": int(resident) * kp.num_warps, "tile": int(tile),
-                         "kb_in_flight_per_sm": int(resident) * per_element * tile / 1024,
-                         "predicted_ms": pred.ms, "pct_of_copy": floor / pred.ms * 100, "bound": pred.bound})
+    for ahead in (kp.loads_ahead,) if loads_ahead is None else loads_ahead:
+        for resident in residents:
+            for tile in tiles:
+                programs = int(resident) * gpu.sm_count
+                trial = replace(kp, programs=programs, resident=int(resident), tile=int(tile),
+                                load_bytes_per_step=per_element * tile, steps=work / (programs * tile),
+                                loads_ahead=int(ahead))
+                pred = predict(replace(config, passes=(trial,)), gpu, constants)
+                rows.append({"loads_ahead": int(ahead), "resident": int(resident),
+                             "warps_per_sm": int(resident) * kp.num_warps, "tile": int(tile),
+                             "kb_in_flight_per_sm": in_flight(trial, gpu, constants)["nominal_bytes"] / 1024,
+                             "predicted_ms": pred.ms, "pct_of_copy": floor / pred.ms * 100, "bound": pred.bound})
     return pd.DataFrame(rows)
+
+
+def least_in_flight(sweep: pd.DataFrame, target_pct: float) -> pd.DataFrame:
+    """Per steps of loads ahead in an :func:`in_flight_sweep` frame: the configuration that reaches ``target_pct``
+    of copy with the fewest bytes in flight per SM (then the fewest warps), or the best one where none does (its
+    ``reaches`` False)."""
+    check_frame(sweep, ("loads_ahead", "kb_in_flight_per_sm", "warps_per_sm", "pct_of_copy"), "sweep")
+    rows = []
+    for ahead, part in sweep.groupby("loads_ahead"):
+        enough = part[part["pct_of_copy"] >= target_pct]
+        if len(enough):
+            best = enough.sort_values(["kb_in_flight_per_sm", "warps_per_sm"], kind="mergesort").iloc[0]
+        else:
+            best = part.sort_values("pct_of_copy", ascending=False, kind="mergesort").iloc[0]
+        rows.append({**best.to_dict(), "loads_ahead": int(ahead), "reaches": bool(len(enough))})
+    return pd.DataFrame(rows)
+
+
+FAMILY = {"labels": "labels CE", "logits": "distribution"}  # target_format -> the issue's family of losses
+
+
+def _main_pass(config: LaunchConfig):
+    return max(config.passes, key=lambda kp: kp.dram_bytes)
+
+
+def public_cells(folder, *, study: str = "vocab_sweep", variants=("public",),
+                 constants: ModelConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
+    """One row per recorded configuration of ``study`` run as ``variants`` (the public call by default): what ran
+    (GPU, tokens, vocabulary, loss, family), measured and predicted ms and % of copy (minimal bytes over the copy
+    bandwidth), the bound the model names, and Little's law of its main pass as the model sees it
+    (:func:`~perfutils.model.predict.in_flight`): resident programs, tile, the bytes requested per SM a step
+    (``nominal_kib``), on average in flight (``effective_kib``) and needed in flight (``needed_kib``), the share of
+    the stream the loads can carry (``latency_pct_of_stream``) and the latency term over the DRAM term."""
+    gpu = gpu_from_folder(folder)
+    configs = load_configurations(folder, gpu, [study])
+    checked = check(folder, constants, [study])
+    rows = []
+    for config, (_, row) in zip(configs, checked.iterrows()):
+        if config.variant not in variants or not config.passes or not row["measured_ms"] > 0:
+            continue
+        kp = _main_pass(config)
+        flight = in_flight(kp, gpu, constants)
+        floor = floor_ms(config, gpu)
+        rows.append({"GPU": gpu.name, "tokens": config.tokens, "vocab": config.vocab, "loss": config.loss,
+                     "family": FAMILY.get(config.target_format, config.target_format),
+                     "measured_ms": row["measured_ms"], "predicted_ms": row["predicted_ms"], "bound": row["bound"],
+                     "measured_pct": floor / row["measured_ms"] * 100, "predicted_pct": floor / row["predicted_ms"] * 100,
+                     "resident": kp.resident, "tile": kp.tile, "nominal_kib": flight["nominal_bytes"] / 1024,
+                     "effective_kib": flight["effective_bytes"] / 1024, "needed_kib": flight["needed_bytes"] / 1024,
+                     "latency_pct_of_stream": flight["latency_pct_of_stream"],
+                     "latency_over_dram": (row["latency_ms"] + row["waves_ms"]) / row["dram_ms"]})
+    return pd.DataFrame(rows)
+
+
+def binds_summary(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU, token count and family of a :func:`public_cells` frame: the cells, measured and predicted % of copy
+    (medians), the median |predicted / measured - 1| (%), the bounds named (counts), and the medians of the bytes
+    per SM requested, on average in flight and needed, and of the latency term over the DRAM term."""
+    check_frame(cells, ("GPU", "tokens", "family", "measured_pct", "predicted_pct", "bound", "nominal_kib",
+                        "effective_kib", "needed_kib", "latency_over_dram"), "cells")
+    rows = []
+    for (gpu, tokens, family), part in cells.groupby(["GPU", "tokens", "family"], sort=True):
+        counts = part["bound"].value_counts()
+        rows.append({"GPU": gpu, "tokens": int(tokens), "family": family, "cells": len(part),
+                     "measured % of copy": part["measured_pct"].median(),
+                     "predicted % of copy": part["predicted_pct"].median(),
+                     "median error %": (part["measured_pct"] / part["predicted_pct"] - 1).abs().median() * 100,
+                     "bound": ", ".join(f"{b} {n}" for b, n in counts.items()),
+                     "KiB requested / SM": part["nominal_kib"].median(),
+                     "KiB in flight / SM": part["effective_kib"].median(),
+                     "KiB needed / SM": part["needed_kib"].median(),
+                     "latency / dram": part["latency_over_dram"].median()})
+    return pd.DataFrame(rows)
+
+
+def _short(gpu_name: str) -> str:
+    """A GPU's model without the vendor and memory ("NVIDIA H100 80GB HBM3" -> "H100")."""
+    words = gpu_name.replace("NVIDIA ", "").split()
+    return words[0] if words else gpu_name
+
+
+def plot_binds(cells: pd.DataFrame, *, title: str = "") -> plt.Figure:
+    """Two panels of a :func:`public_cells` frame (one or more GPUs): predicted against measured % of copy per
+    cell (colour: GPU, marker: token count, the y = x line), and the bytes in flight per SM on average against
+    those Little's law needs (medians per GPU, token count and family; the need as a black tick)."""
+    check_frame(cells, ("GPU", "tokens", "family", "measured_pct", "predicted_pct", "effective_kib", "needed_kib"),
+                "cells")
+    if cells.empty:
+        raise ValueError("cells: no configuration")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
+    gpus = sorted(cells["GPU"].unique())
+    colors = {g: c for g, c in zip(gpus, ("#1f4e9c", "#d1495b", "#2e933c", "#f28e2b"))}
+    markers = {t: m for t, m in zip(sorted(cells["tokens"].unique()), "os^Dv")}
+    for (gpu, tokens), part in cells.groupby(["GPU", "tokens"]):
+        left.scatter(part["measured_pct"], part["predicted_pct"], s=16, alpha=0.7, lw=0, color=colors[gpu],
+                     marker=markers[tokens], label=f"{gpu}, {tokens} tokens")
+    lo = min(cells["measured_pct"].min(), cells["predicted_pct"].min()) - 3
+    hi = max(cells["measured_pct"].max(), cells["predicted_pct"].max()) + 3
+    left.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+    left.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured % of copy bandwidth", ylabel="predicted % of copy bandwidth")
+    left.grid(True, lw=0.3, alpha=0.5)
+    left.legend(fontsize=7, frameon=False, loc="upper left")
+    groups = cells.groupby(["GPU", "tokens", "family"])[["effective_kib", "needed_kib", "nominal_kib"]].median()
+    labels = [f"{_short(g)}, {t}\n{f}" for g, t, f in groups.index]
+    x = np.arange(len(groups))
+    right.bar(x, groups["effective_kib"], color=[colors[g] for g, _, _ in groups.index], alpha=0.8,
+              label="in flight on average (model)")
+    right.scatter(x, groups["needed_kib"], marker="_", s=500, color="black", lw=2, zorder=3,
+                  label="needed: stream per SM × round trip")
+    right.set_xticks(x, labels, fontsize=7)
+    right.set_ylabel("KiB per SM")
+    right.grid(True, axis="y", lw=0.3, alpha=0.5)
+    right.legend(fontsize=8, frameon=False, loc="upper left")
+    fig.suptitle("What binds at the public cells" + (f" · {title}" if title else ""), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def binds_reading(summary: pd.DataFrame, family: str = "distribution") -> str:
+    """One paragraph from a :func:`binds_summary` frame about ``family``: per GPU and token count, measured and
+    predicted % of copy and the bound named, and the bytes in flight against the need."""
+    part = summary[summary["family"] == family]
+    if part.empty:
+        return f"No {family} cell was recorded."
+    parts = [f"{_short(r.GPU)} at {r.tokens} tokens: measured {r._5:.1f}%, predicted {r._6:.1f}% "
+             f"(bound: {r.bound}; {r._10:.1f} of {r._11:.1f} KiB needed in flight per SM on average, "
+             f"{r._9:.0f} KiB requested a step)" for r in part.itertuples()]
+    short = part[part["KiB in flight / SM"] < part["KiB needed / SM"]]
+    return (f"The {family} losses' public cells (median over each group's cells, % of copy bandwidth): "
+            + "; ".join(parts) + ". "
+            + (f"In {len(short)} of {len(part)} groups the loads in flight on average fall short of what the round "
+               f"trip needs at that GPU's stream rate: the bytes a step are there, but they wait for the step's "
+               f"arithmetic, so they are in flight only part of each step."
+               if len(short) else "In every group the loads in flight on average cover the round trip."))
 
 
 def plot_in_flight(sweep: pd.DataFrame, *, target_pct: float = 90.0, title: str = "") -> plt.Figure:
@@ -261,3 +406,26 @@ def speedup_reading(first: pd.DataFrame, second: pd.DataFrame, labels=("H100", "
     return (f"On the {len(both)} configurations recorded on both GPUs, the {labels[1]} ran a median "
             f"{measured:.2f}x as fast as the {labels[0]}; the model, from the two GPUs' ceilings, predicts "
             f"{predicted:.2f}x.")
+
+
+def needs_reading(least: pd.DataFrame) -> str:
+    """One sentence per GPU from :func:`least_in_flight` frames stacked with ``GPU`` and ``target`` columns: the
+    fewest bytes in flight per SM (programs x tile, steps of loads ahead) that the model says reach the target, or
+    the best the grid reaches where none does."""
+    check_frame(least, ("GPU", "target", "loads_ahead", "reaches", "kb_in_flight_per_sm", "resident", "tile",
+                        "warps_per_sm", "pct_of_copy"), "least")
+    sentences = []
+    for gpu, part in least.groupby("GPU", sort=False):
+        target = part["target"].iloc[0]
+        said = []
+        for r in part.sort_values("loads_ahead").itertuples():
+            how = ("loads waiting for the step's arithmetic" if r.loads_ahead == 0
+                   else f"loads issued {r.loads_ahead} step{'s' if r.loads_ahead > 1 else ''} ahead")
+            if r.reaches:
+                said.append(f"with {how}, {r.kb_in_flight_per_sm:.0f} KiB per SM ({r.resident} programs of "
+                            f"{r.tile}-element tiles, {r.warps_per_sm} warps) reach {r.pct_of_copy:.1f}%")
+            else:
+                said.append(f"with {how}, no configuration of the grid does (best {r.pct_of_copy:.1f}%, "
+                            f"{r.kb_in_flight_per_sm:.0f} KiB per SM)")
+        sentences.append(f"{gpu}, {target:g}% of copy: " + "; ".join(said) + ".")
+    return " ".join(sentences)
