@@ -572,10 +572,27 @@ def knob_measured(data_dir, block_size: int, num_warps: int, *, out, loss: str =
         raise RuntimeError(f"the harness measured no fused {block_size} x {num_warps} row")
     launched = all(row.get(c) == row.get(c) and row.get(c) is not None for c in COUNT_COLUMNS)
     counts = row if launched else recorded  # no GPU launch (a dry run): the recorded counts
-    gpu = gpu or model.gpu_from_folder(data_dir)
-    return {"source": "measured now on this GPU" if launched else "measured now (counts of the recorded compile)",
-            **_knob_model(_with_counts(recorded, counts), loss, target_format, tokens, vocab, gpu),
+    source = "measured now on this GPU" if launched else "measured now (counts of the recorded compile)"
+    if gpu is None:  # a dry run has no GPU of its own: the recorded one's
+        gpu, whose = measuring_gpu(data_dir, row.get("gpu_name") if launched else None)
+        source += whose
+    return {"source": source, **_knob_model(_with_counts(recorded, counts), loss, target_format, tokens, vocab, gpu),
             "ms_median": float(row["ms_median"])}
+
+
+def measuring_gpu(data_dir, gpu_name) -> tuple[model.Gpu, str]:
+    """The model's GPU for a row measured now on ``gpu_name``: its own recorded ceilings where ``data/<its slug>``
+    has them (an H200 beside the H100's recorded path), else ``data_dir``'s, said in the returned remark."""
+    from .data.schema import gpu_slug
+
+    folder = Path(data_dir)
+    if isinstance(gpu_name, str) and gpu_name:
+        own = folder.parent / gpu_slug(gpu_name)
+        if own != folder and (own / "ceilings.csv").exists():
+            return model.gpu_from_folder(own), f" ({gpu_name}; predicted from its own ceilings)"
+        if own != folder:
+            return model.gpu_from_folder(folder), f" ({gpu_name}: no ceilings recorded, predicted with {folder.name}'s)"
+    return model.gpu_from_folder(folder), ""
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -154,6 +154,15 @@ def test_knob_measures_on_a_gpu_through_the_harness(tmp_path):
     assert list(tmp_path.glob(f"*/{lp.LIVE_STUDY}.csv"))  # the row is recorded
 
 
+def test_a_knob_measured_on_another_gpu_is_predicted_with_that_gpus_ceilings():
+    h100, same = lp.measuring_gpu(DATA, "NVIDIA H100 80GB HBM3")
+    h200, own = lp.measuring_gpu(DATA, "NVIDIA H200")
+    other, none = lp.measuring_gpu(DATA, "NVIDIA B200")
+    assert same == "" and "own ceilings" in own and "no ceilings recorded" in none
+    assert "H200" in h200.name and other.name == h100.name
+    assert h200.ceilings.dram_gbps > h100.ceilings.dram_gbps
+
+
 def test_live_cases_cover_the_one_gpu_rows_only():
     cases = {s.key: (lp.live_case(s.before), lp.live_case(s.after)) for s in lp.STEPS}
     assert cases["497"][1] == ("reverse_kl", "logits", 32768, 4096, ("case497.step0", 32768, 16))
