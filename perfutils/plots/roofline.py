@@ -298,8 +298,7 @@ def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str 
     return ax
 
 
-def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None, axes=None,
-                           source_column: str = "source"):
+def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None):
     """% of copy bandwidth per (loss, variant), one panel per vocab; 100 % is the floor.
 
     Bars: rows of the first source in the frame (e.g. "benchmark"); black diamonds: rows of the
@@ -311,16 +310,10 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
     if table.empty:
         raise ValueError("table: no rows to plot")
     vocabs = sorted(int(v) for v in table["vocab"].unique())
-    if axes is None:
-        fig, axes = plt.subplots(1, len(vocabs), figsize=(4.2 * len(vocabs) + 1.5, 0.9 + 0.28 * max(4, len(
-            table[["loss_label", "variant"]].drop_duplicates()))), sharey=True, squeeze=False)
-        axes = list(axes[0])
-    else:
-        axes = list(axes) if not hasattr(axes, "figure") else [axes]
-        if len(axes) != len(vocabs):
-            raise ValueError(f"axes: expected {len(vocabs)} axes (one per vocab), got {len(axes)}")
-        fig = axes[0].figure
-    sources = list(dict.fromkeys(table[source_column].astype(str))) if source_column in table.columns else [""]
+    fig, axes = plt.subplots(1, len(vocabs), figsize=(4.2 * len(vocabs) + 1.5, 0.9 + 0.28 * max(4, len(
+        table[["loss_label", "variant"]].drop_duplicates()))), sharey=True, squeeze=False)
+    axes = list(axes[0])
+    sources = list(dict.fromkeys(table["source"].astype(str))) if "source" in table.columns else [""]
     variants = sorted(table["variant"].unique(), key=_variant_key)
     colors = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     keys = sorted({(l, v) for l, v in zip(table["loss_label"], table["variant"])},
@@ -329,7 +322,7 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
     for ax, vocab in zip(axes, vocabs):
         part = table[table["vocab"].astype(int) == vocab]
         for row in part.itertuples(index=False):
-            source = str(getattr(row, source_column, "")) if source_column in table.columns else ""
+            source = str(getattr(row, "source", "")) if "source" in table.columns else ""
             y = ypos[(row.loss_label, row.variant)]
             if not sources or source == sources[0]:
                 ax.barh(y, row.pct_of_copy, color=colors[row.variant], height=0.7)
