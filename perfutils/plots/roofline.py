@@ -207,19 +207,22 @@ def floor_table(pairs, tokens: int, vocabs, dtype: str = "bf16", copy_gbps: floa
     return pd.DataFrame(rows)
 
 
-def _roof_lines(ax, ceilings: Ceilings, xs):
+def _memory_roofs(ceilings: Ceilings) -> list[tuple[str, float, str]]:
+    """(name, GB/s, line style) of each memory roof the ceilings know."""
     memory = [("DRAM copy", ceilings.dram_gbps, "-"), ("DRAM read", ceilings.dram_read_gbps, "--"),
               ("L2 read", ceilings.l2_gbps, ":")]
+    return [(name, bw, style) for name, bw, style in memory if bw is not None]
+
+
+def _roof_lines(ax, ceilings: Ceilings, xs, linewidth: float = 1.1):
     compute = ceilings.fp32_tflops
-    for name, bw, style in memory:
-        if bw is None:
-            continue
+    for name, bw, style in _memory_roofs(ceilings):
         ys = [x * bw / 1e3 for x in xs]  # flop/B x GB/s = GFLOP/s -> TFLOP/s
         if compute:
             ys = [min(y, compute) for y in ys]
-        ax.plot(xs, ys, style, color="black", linewidth=1.1, label=f"{name} {bw:,.0f} GB/s")
+        ax.plot(xs, ys, style, color="black", linewidth=linewidth, label=f"{name} {bw:,.0f} GB/s")
     if compute:
-        ax.axhline(compute, color="tab:blue", linewidth=1.1, label=f"FP32 {compute:,.1f} TFLOP/s")
+        ax.axhline(compute, color="tab:blue", linewidth=linewidth, label=f"FP32 {compute:,.1f} TFLOP/s")
 
 
 def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None, ax=None,
@@ -393,25 +396,13 @@ def plot_roofline(ax, points_df: pd.DataFrame, ceilings: Ceilings, *, title: str
     if ax is None:
         _, ax = plt.subplots(figsize=(7.0, 4.8))
 
-    memory_roofs = [("DRAM copy", ceilings.dram_gbps, "-"),
-                    ("DRAM read", ceilings.dram_read_gbps, "--"),
-                    ("L2 read", ceilings.l2_gbps, ":")]
-    memory_roofs = [(name, bw, style) for name, bw, style in memory_roofs if bw is not None]
     compute = ceilings.fp32_tflops
-    ridges = [compute * 1e3 / bw for _, bw, _ in memory_roofs] if compute else []
+    ridges = [compute * 1e3 / bw for _, bw, _ in _memory_roofs(ceilings)] if compute else []
     span = list(points["intensity"]) + ridges
     x_lo = 10 ** math.floor(math.log10(min(span)) - 1)
     x_hi = 10 ** math.ceil(math.log10(max(span)) + 1)
     xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
-
-    for name, bw, style in memory_roofs:
-        ys = [x * bw / 1e3 for x in xs]  # flop/B x GB/s = GFLOP/s -> TFLOP/s
-        if compute:
-            ys = [min(y, compute) for y in ys]
-        ax.plot(xs, ys, style, color="black", linewidth=1.2, label=f"{name} {bw:,.0f} GB/s")
-    if compute:
-        ax.axhline(compute, color="tab:blue", linewidth=1.2,
-                   label=f"FP32 {compute:,.1f} TFLOP/s")
+    _roof_lines(ax, ceilings, xs, linewidth=1.2)
 
     has_sfu = ceilings.exp2_tops is not None and "transcendentals" in points.columns
     sfu_labelled = False
