@@ -31,6 +31,7 @@ import pandas as pd
 
 from .model import predict as model
 from .model.roofline import loss_cost
+from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
@@ -205,8 +206,6 @@ STEPS: tuple[PathStep, ...] = (
 
 def _read(data_dir: Path, study: str) -> pd.DataFrame:
     frame = pd.read_csv(Path(data_dir) / f"{study}.csv", low_memory=False)
-    if "study" not in frame.columns:
-        frame["study"] = study
     frame["study"] = study
     return frame[frame["status"].fillna("ok") == "ok"] if "status" in frame.columns else frame
 
@@ -351,12 +350,6 @@ def step_functions(step: PathStep) -> list:
     return [getattr(importlib.import_module(module), name) for module, name in step.functions]
 
 
-def _source(fn) -> str:
-    from .notebook import kernel_source
-
-    return kernel_source(fn)
-
-
 def step_diff(step: PathStep, context: int = 1) -> str | None:
     """The unified diff from ``step.diff_from`` to the step's first function, computed from today's source files,
     with the switches ``step.fold`` fixed at their defaults on both sides (None for a step that shows its functions
@@ -364,8 +357,8 @@ def step_diff(step: PathStep, context: int = 1) -> str | None:
     if step.diff_from is None:
         return None
     module, name = step.diff_from
-    old = _source(getattr(importlib.import_module(module), name))
-    new = _source(step_functions(step)[0])
+    old = kernel_source(getattr(importlib.import_module(module), name))
+    new = kernel_source(step_functions(step)[0])
     if step.fold:
         new = fold_constexprs(new, step.fold)
         old = fold_constexprs(old, [n for n in step.fold if n in constexpr_defaults(old)])
@@ -388,7 +381,7 @@ def folded_switches(step: PathStep) -> dict:
     """The switches ``step.fold`` with the defaults its diff fixes them at ({} for a step that folds none)."""
     if not step.fold:
         return {}
-    defaults = constexpr_defaults(_source(step_functions(step)[0]))
+    defaults = constexpr_defaults(kernel_source(step_functions(step)[0]))
     return {name: defaults[name] for name in step.fold}
 
 

@@ -104,25 +104,10 @@ def read_copy_gbps(path: str | os.PathLike, gpu_name: str | None = None) -> floa
 
 
 def kernels_reference_rows(logits: Any, target: Any, *, loss: str, target_format: str) -> Any:
-    """Per-row float64 losses from ``kernels.reference.row_losses`` (ignored label rows give 0).
-
-    Falls back to one ``kernels.reference.entropy_loss`` call per row (a one-row mean) when the
-    reference has no ``row_losses``.
-    """
-    import torch
+    """Per-row float64 losses from ``kernels.reference.row_losses`` (ignored label rows give 0)."""
     from kernels import reference
 
-    row_losses = getattr(reference, "row_losses", None)
-    if row_losses is not None:
-        return row_losses(logits, target, loss=loss, target_format=target_format, ignore_index=IGNORE_INDEX)
-    rows = []
-    for row in range(logits.shape[0]):
-        if target_format == "labels" and int(target[row]) == IGNORE_INDEX:
-            rows.append(logits.new_zeros(()))
-            continue
-        one = reference.entropy_loss(logits[row : row + 1], target[row : row + 1], loss=loss, target_format=target_format)
-        rows.append(one.reshape(()))
-    return torch.stack(rows) if rows else logits.new_zeros((0,))
+    return reference.row_losses(logits, target, loss=loss, target_format=target_format, ignore_index=IGNORE_INDEX)
 
 
 @dataclass
@@ -174,9 +159,7 @@ class GpuMeasurer:
         if prepare is None:
             import kernels
 
-            prepare = getattr(kernels, "prepare", None)
-            if prepare is None:
-                raise RuntimeError("kernels.prepare is not available: the sweep needs kernels.prepare(logits, target, loss=..., ...) -> Plan")
+            prepare = kernels.prepare
         self.prepare = prepare
         self.reference = reference or kernels_reference_rows
         self.backend = backend or TimingBackend.cuda()

@@ -11,6 +11,7 @@ are lists of configurations measured one by one rather than a sweep grid. They s
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
@@ -154,17 +155,9 @@ class Session:
         if key in self.done:
             return None
         began = time.perf_counter()
-        try:
-            result = dict(measure())
-        except Exception as exc:
-            if _is_fatal(exc):
-                raise
-            result = {"status": "error", "error": error_text(exc, 600)}
-            try:
-                self.backend.release()
-            except Exception:
-                pass
-        row = {**config, **(extra or {}), **result, "config_key": key}
+        result: dict = {}
+        error = self._failure(lambda: result.update(measure()))
+        row = {**config, **(extra or {}), **(error or result), "config_key": key}
         self.store.append([row])
         self.done.add(key)
         self.count += 1
@@ -189,16 +182,9 @@ class Session:
         if key in self.done:
             return []
         began = time.perf_counter()
-        try:
-            rows = [dict(row) for row in measure()]
-        except Exception as exc:
-            if _is_fatal(exc):
-                raise
-            rows = [{**config, "status": "error", "error": error_text(exc, 600), "config_key": key}]
-            try:
-                self.backend.release()
-            except Exception:
-                pass
+        rows: list = []
+        error = self._failure(lambda: rows.extend(dict(row) for row in measure()))
+        rows = [{**config, **error, "config_key": key}] if error else rows
         self.store.append(rows)
         self.done.update(row["config_key"] for row in rows)
         self.done.add(key)
@@ -209,6 +195,32 @@ class Session:
         self.log(f"[{self.study}] {config.get('variant')}: {state} ({time.perf_counter() - began:.1f}s)")
         return rows
 
+    def _failure(self, run: Callable[[], Any]) -> dict[str, Any] | None:
+        """Run ``run``; None if it succeeded, else the error columns (after releasing the backend's memory). A CUDA
+        error after which the context is unusable is raised instead."""
+        try:
+            run()
+            return None
+        except Exception as exc:
+            if _is_fatal(exc):
+                raise
+            with contextlib.suppress(Exception):
+                self.backend.release()
+            return {"status": "error", "error": error_text(exc, 600)}
+
     def finish(self) -> Path:
         self.log(f"[{self.study}] {self.count} new rows in {time.perf_counter() - self.started:.0f}s -> {self.path}")
         return self.path
+
+
+def run_studies(measures: Sequence[Callable[..., Path | None]], producer: str,
+                log: Callable[[str], Any] = print) -> list[Path]:
+    """Run each ``measure(copy_gbps=, backend=, log=)`` on this GPU with one backend and one copy bandwidth; the
+    files they wrote (a measurement that records nothing returns None)."""
+    started = time.perf_counter()
+    backend = CudaBackend(producer=producer)
+    copy = float(backend.copy_gbps())
+    log(f"GPU: {torch.cuda.get_device_name()}; copy bandwidth {copy:.0f} GB/s")
+    written = [path for measure in measures if (path := measure(copy_gbps=copy, backend=backend, log=log)) is not None]
+    log(f"done in {time.perf_counter() - started:.0f}s: " + ", ".join(map(str, written)))
+    return written

@@ -20,7 +20,7 @@ from .measurer import GpuMeasurer, print_now
 from ..data.metadata import collect_metadata
 from ..data.schema import STATUSES, data_path, error_text
 from ..data.store import ResultStore
-from .sweep_config import KnownNames, SweepPoint, known_names, load_config, points_and_skipped
+from .sweep_config import SweepPoint, known_names, load_config, points_and_skipped
 
 __all__ = ["run_sweep"]
 
@@ -71,7 +71,6 @@ def run_sweep(
     dry_run: bool = False,
     allow_mixed: bool = False,
     overwrite: bool = False,
-    known: KnownNames | None = None,
     log: Callable[[str], Any] = print_now,
 ) -> pd.DataFrame:
     """Measure every configuration of ``config`` not yet in the store; return the study's records.
@@ -86,11 +85,9 @@ def run_sweep(
         dry_run: return the planned configurations (with a ``done`` column when ``store`` is
             given) and measure nothing.
         allow_mixed, overwrite: passed to the default store (see :class:`ResultStore`).
-        known: valid names (default :func:`known_names`, from ``kernels``); e.g. with
-            ``variants=None`` for baseline providers that are not kernels variants.
         log: receives one progress line per configuration (``print`` works under papermill).
     """
-    known = known or known_names()
+    known = known_names()
     spec = load_config(config, known=known)
     points, skipped = points_and_skipped(spec, known)
     if skipped:

@@ -347,14 +347,13 @@ def points_and_skipped(spec: SweepSpec, known: KnownNames) -> tuple[list[SweepPo
     return points, skipped
 
 
-def plan_configs(config: Any, *, known: KnownNames | None = None) -> list[SweepPoint]:
+def plan_configs(config: Any) -> list[SweepPoint]:
     """The configurations a sweep would run, in run order (validates the config; runs nothing)."""
-    known = known or known_names()
-    spec = load_config(config, known=known)
-    return points_and_skipped(spec, known)[0]
+    known = known_names()
+    return points_and_skipped(load_config(config, known=known), known)[0]
 
 
-def skipped_pairs(config: Any, *, known: KnownNames | None = None) -> list[tuple[str, str]]:
+def skipped_pairs(config: Any) -> list[tuple[str, str]]:
     """(loss, target_format) pairs of the grid that are not valid and so are not run."""
-    known = known or known_names()
+    known = known_names()
     return points_and_skipped(load_config(config, known=known), known)[1]

@@ -133,19 +133,13 @@ def first_call_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, (time.perf_counter() - start) * 1e3
 
 
-def peak_memory_above(fn: Callable[[], Any], baseline_bytes: int | None = None) -> int:
-    """Peak CUDA memory allocated while ``fn()`` runs, minus ``baseline_bytes``.
-
-    ``baseline_bytes=None`` uses what is allocated just before the call (the inputs), so the
-    result is the outputs plus workspace the call needs. ``fn``'s result is dropped afterwards.
-    """
+def peak_memory_above(fn: Callable[[], Any]) -> int:
+    """Peak CUDA memory allocated while ``fn()`` runs, minus what is allocated just before the call (the inputs):
+    the outputs plus workspace the call needs. ``fn``'s result is dropped afterwards."""
     _check_callable(fn, "peak_memory_above")
-    if baseline_bytes is not None and (isinstance(baseline_bytes, bool) or not isinstance(baseline_bytes, int) or baseline_bytes < 0):
-        raise ValueError(f"peak_memory_above: baseline_bytes must be a non-negative int or None, got {baseline_bytes!r}")
     torch = _require_cuda("peak_memory_above")
     torch.cuda.synchronize()
-    if baseline_bytes is None:
-        baseline_bytes = torch.cuda.memory_allocated()
+    baseline_bytes = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     result = fn()
     torch.cuda.synchronize()
@@ -178,18 +172,14 @@ def rel_err(a: Any, b: Any) -> float:
     return diff / scale
 
 
-def copy_bandwidth_gbps(nbytes: int = 1 << 30, *, warmup_ms: float = 25, rep_ms: float = 200) -> float:
-    """Measured device-to-device copy bandwidth in GB/s (1e9 B/s), counting read + write.
-
-    This is the ceiling the project reports against (% of copy), not the datasheet number.
-    ``nbytes`` (default 1 GiB) should be far larger than L2.
-    """
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-        raise ValueError(f"copy_bandwidth_gbps: nbytes must be a positive int, got {nbytes!r}")
+def copy_bandwidth_gbps() -> float:
+    """Measured device-to-device copy bandwidth in GB/s (1e9 B/s) of 1 GiB (far larger than L2), counting read +
+    write: the ceiling the project reports against (% of copy), not the datasheet number."""
     torch = _require_cuda("copy_bandwidth_gbps")
+    nbytes = 1 << 30
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    result = bench(lambda: dst.copy_(src), warmup_ms=warmup_ms, rep_ms=rep_ms)
+    result = bench(lambda: dst.copy_(src), warmup_ms=25, rep_ms=200)
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / (result.ms_median * 1e-3) / 1e9

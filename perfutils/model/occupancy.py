@@ -37,26 +37,22 @@ def _curve(values, name: str, make, current) -> pd.DataFrame:
 
 
 def occupancy_curves(cc=(9, 0), *, threads_per_block: int, registers_per_thread: int,
-                     shared_bytes: int = 0, triton_opt_in: bool = True) -> dict[str, pd.DataFrame]:
+                     shared_bytes: int = 0) -> dict[str, pd.DataFrame]:
     """Occupancy as each of registers/thread, threads/block, shared bytes/block varies alone.
 
     Returns ``{"registers": df, "threads": df, "shared_memory": df}``; each DataFrame has the
     varied column (``registers_per_thread``, ``threads_per_block``, ``shared_bytes``) plus
     ``blocks_per_sm, active_warps, occupancy, limiter, current`` (``current`` marks the given
-    configuration). With ``triton_opt_in`` shared memory above 48 KiB opts in as Triton does;
-    otherwise it is left at the default limit.
+    configuration). Shared memory above 48 KiB opts in as Triton does.
     """
     limits = sm_limits(cc)
 
     def at(threads, regs, shared):
-        opt_in = triton_opt_in and shared > TRITON_OPT_IN_THRESHOLD
         return occupancy(limits.cc, threads_per_block=threads, registers_per_thread=regs,
-                         dynamic_shared_bytes=shared, opt_in=opt_in)
+                         dynamic_shared_bytes=shared, opt_in=shared > TRITON_OPT_IN_THRESHOLD)
 
     at(threads_per_block, registers_per_thread, shared_bytes)  # validate the current point once
-    max_shared = limits.shared_bytes_per_block_optin if triton_opt_in \
-        else limits.shared_bytes_per_block
-    shared_values = sorted(set(range(0, max_shared + 1, 1024)) | {shared_bytes})
+    shared_values = sorted(set(range(0, limits.shared_bytes_per_block_optin + 1, 1024)) | {shared_bytes})
     return {
         "registers": _curve(range(0, limits.max_registers_per_thread + 1), "registers_per_thread",
                             lambda r: at(threads_per_block, r, shared_bytes),

@@ -223,7 +223,7 @@ def _check_curves(curves) -> None:
             raise ValueError(f"curves[{key!r}] is empty")
 
 
-def plot_occupancy_curves(curves: dict, *, title: str | None = None, axes=None):
+def plot_occupancy_curves(curves: dict, *, title: str | None = None):
     """Three panels, as in NVIDIA's calculator: occupancy against registers/thread, threads/block
     and shared memory/block, each varied alone around the current configuration.
 
@@ -235,13 +235,7 @@ def plot_occupancy_curves(curves: dict, *, title: str | None = None, axes=None):
     from matplotlib.lines import Line2D
 
     _check_curves(curves)
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.2), sharey=True)
-    else:
-        axes = list(axes)
-        if len(axes) != 3:
-            raise ValueError(f"axes: expected 3 axes, got {len(axes)}")
-        fig = axes[0].figure
+    fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.2), sharey=True)
     seen = set()
     for ax, key in zip(axes, ("registers", "threads", "shared_memory")):
         column, label = _CURVE_AXES[key]

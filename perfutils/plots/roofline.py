@@ -207,19 +207,22 @@ def floor_table(pairs, tokens: int, vocabs, dtype: str = "bf16", copy_gbps: floa
     return pd.DataFrame(rows)
 
 
-def _roof_lines(ax, ceilings: Ceilings, xs):
+def _memory_roofs(ceilings: Ceilings) -> list[tuple[str, float, str]]:
+    """(name, GB/s, line style) of each memory roof the ceilings know."""
     memory = [("DRAM copy", ceilings.dram_gbps, "-"), ("DRAM read", ceilings.dram_read_gbps, "--"),
               ("L2 read", ceilings.l2_gbps, ":")]
+    return [(name, bw, style) for name, bw, style in memory if bw is not None]
+
+
+def _roof_lines(ax, ceilings: Ceilings, xs, linewidth: float = 1.1):
     compute = ceilings.fp32_tflops
-    for name, bw, style in memory:
-        if bw is None:
-            continue
+    for name, bw, style in _memory_roofs(ceilings):
         ys = [x * bw / 1e3 for x in xs]  # flop/B x GB/s = GFLOP/s -> TFLOP/s
         if compute:
             ys = [min(y, compute) for y in ys]
-        ax.plot(xs, ys, style, color="black", linewidth=1.1, label=f"{name} {bw:,.0f} GB/s")
+        ax.plot(xs, ys, style, color="black", linewidth=linewidth, label=f"{name} {bw:,.0f} GB/s")
     if compute:
-        ax.axhline(compute, color="tab:blue", linewidth=1.1, label=f"FP32 {compute:,.1f} TFLOP/s")
+        ax.axhline(compute, color="tab:blue", linewidth=linewidth, label=f"FP32 {compute:,.1f} TFLOP/s")
 
 
 def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None, ax=None,
@@ -298,8 +301,7 @@ def plot_roofline_points(table: pd.DataFrame, ceilings: Ceilings, *, title: str 
     return ax
 
 
-def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None, axes=None,
-                           source_column: str = "source"):
+def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: str | None = None):
     """% of copy bandwidth per (loss, variant), one panel per vocab; 100 % is the floor.
 
     Bars: rows of the first source in the frame (e.g. "benchmark"); black diamonds: rows of the
@@ -311,16 +313,10 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
     if table.empty:
         raise ValueError("table: no rows to plot")
     vocabs = sorted(int(v) for v in table["vocab"].unique())
-    if axes is None:
-        fig, axes = plt.subplots(1, len(vocabs), figsize=(4.2 * len(vocabs) + 1.5, 0.9 + 0.28 * max(4, len(
-            table[["loss_label", "variant"]].drop_duplicates()))), sharey=True, squeeze=False)
-        axes = list(axes[0])
-    else:
-        axes = list(axes) if not hasattr(axes, "figure") else [axes]
-        if len(axes) != len(vocabs):
-            raise ValueError(f"axes: expected {len(vocabs)} axes (one per vocab), got {len(axes)}")
-        fig = axes[0].figure
-    sources = list(dict.fromkeys(table[source_column].astype(str))) if source_column in table.columns else [""]
+    fig, axes = plt.subplots(1, len(vocabs), figsize=(4.2 * len(vocabs) + 1.5, 0.9 + 0.28 * max(4, len(
+        table[["loss_label", "variant"]].drop_duplicates()))), sharey=True, squeeze=False)
+    axes = list(axes[0])
+    sources = list(dict.fromkeys(table["source"].astype(str))) if "source" in table.columns else [""]
     variants = sorted(table["variant"].unique(), key=_variant_key)
     colors = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     keys = sorted({(l, v) for l, v in zip(table["loss_label"], table["variant"])},
@@ -329,7 +325,7 @@ def plot_distance_to_floor(table: pd.DataFrame, ceilings: Ceilings, *, title: st
     for ax, vocab in zip(axes, vocabs):
         part = table[table["vocab"].astype(int) == vocab]
         for row in part.itertuples(index=False):
-            source = str(getattr(row, source_column, "")) if source_column in table.columns else ""
+            source = str(getattr(row, "source", "")) if "source" in table.columns else ""
             y = ypos[(row.loss_label, row.variant)]
             if not sources or source == sources[0]:
                 ax.barh(y, row.pct_of_copy, color=colors[row.variant], height=0.7)
@@ -400,25 +396,13 @@ def plot_roofline(ax, points_df: pd.DataFrame, ceilings: Ceilings, *, title: str
     if ax is None:
         _, ax = plt.subplots(figsize=(7.0, 4.8))
 
-    memory_roofs = [("DRAM copy", ceilings.dram_gbps, "-"),
-                    ("DRAM read", ceilings.dram_read_gbps, "--"),
-                    ("L2 read", ceilings.l2_gbps, ":")]
-    memory_roofs = [(name, bw, style) for name, bw, style in memory_roofs if bw is not None]
     compute = ceilings.fp32_tflops
-    ridges = [compute * 1e3 / bw for _, bw, _ in memory_roofs] if compute else []
+    ridges = [compute * 1e3 / bw for _, bw, _ in _memory_roofs(ceilings)] if compute else []
     span = list(points["intensity"]) + ridges
     x_lo = 10 ** math.floor(math.log10(min(span)) - 1)
     x_hi = 10 ** math.ceil(math.log10(max(span)) + 1)
     xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
-
-    for name, bw, style in memory_roofs:
-        ys = [x * bw / 1e3 for x in xs]  # flop/B x GB/s = GFLOP/s -> TFLOP/s
-        if compute:
-            ys = [min(y, compute) for y in ys]
-        ax.plot(xs, ys, style, color="black", linewidth=1.2, label=f"{name} {bw:,.0f} GB/s")
-    if compute:
-        ax.axhline(compute, color="tab:blue", linewidth=1.2,
-                   label=f"FP32 {compute:,.1f} TFLOP/s")
+    _roof_lines(ax, ceilings, xs, linewidth=1.2)
 
     has_sfu = ceilings.exp2_tops is not None and "transcendentals" in points.columns
     sfu_labelled = False

@@ -106,9 +106,7 @@ def flat_region(df: pd.DataFrame, *, factor: float = 1.5) -> pd.DataFrame:
         if "wall_ms" in group and group["wall_ms"].notna().any():
             row["host_loop_min_us"] = float(group["wall_ms"].min()) * 1e3
         rows.append(row)
-    order = {op: i for i, op in enumerate(_fusion_ops(part))}
-    return pd.DataFrame(rows).sort_values(["op", "variant"], key=lambda s: s.map(order) if s.name == "op" else s) \
-        .reset_index(drop=True)
+    return _in_fusion_order(pd.DataFrame(rows), part)
 
 
 def fusion_at_largest(df: pd.DataFrame, byte_model: pd.DataFrame) -> pd.DataFrame:
@@ -130,9 +128,7 @@ def fusion_at_largest(df: pd.DataFrame, byte_model: pd.DataFrame) -> pd.DataFram
                      "time_over_triton": float(row["ms_median"]) / triton_ms,
                      "predicted_time_over_triton": predicted,
                      "peak_x_output": float(peak) / (int(row["n_elements"]) * 4) if pd.notna(peak) else None})
-    order = {op: i for i, op in enumerate(_fusion_ops(part))}
-    return pd.DataFrame(rows).sort_values(["op", "variant"], key=lambda s: s.map(order) if s.name == "op" else s) \
-        .reset_index(drop=True)
+    return _in_fusion_order(pd.DataFrame(rows), part)
 
 
 _VARIANT_ORDER = ("triton", "triton_autotune", "torch", "torch_op", "eager", "torch_naive")
@@ -289,16 +285,27 @@ def _fusion_ops(part: pd.DataFrame) -> list[str]:
     return [op for op in order if op in set(part["loss"])] + sorted(set(part["loss"]) - set(order))
 
 
+def _in_fusion_order(rows: pd.DataFrame, part: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` sorted by op (in :func:`_fusion_ops`'s order of ``part``), then variant."""
+    order = {op: i for i, op in enumerate(_fusion_ops(part))}
+    return rows.sort_values(["op", "variant"], key=lambda s: s.map(order) if s.name == "op" else s).reset_index(drop=True)
+
+
+def _fusion_panels(df: pd.DataFrame, what: str):
+    """One panel per op of the fusion study, sharing y: (ok rows, caption, copy GB/s, ops, figure, axes, colours)."""
+    import matplotlib.pyplot as plt
+
+    part = _require(df, FUSION_OPS, what)
+    text, copy = figure_context(df)
+    ops = _fusion_ops(part)
+    fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops) + 0.5, 3.8), squeeze=False, sharey=True)
+    return part, text, copy, ops, fig, axes, _palette(part["variant"])
+
+
 def plot_fusion_latency(df: pd.DataFrame):
     """Latency vs elements, log-log, one panel per op: do_bench median (solid, p20-p80 band) and the
     host-loop time per call (dashed). The flat left part is the fixed cost of a launch."""
-    import matplotlib.pyplot as plt
-
-    part = _require(df, FUSION_OPS, "plot_fusion_latency")
-    text, _ = figure_context(df)
-    ops = _fusion_ops(part)
-    fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops) + 0.5, 3.8), squeeze=False, sharey=True)
-    colors = _palette(part["variant"])
+    part, text, _, ops, fig, axes, colors = _fusion_panels(df, "plot_fusion_latency")
     for ax, op in zip(axes[0], ops):
         for variant, rows in part[part["loss"] == op].groupby("variant", sort=True):
             rows = rows.sort_values("n_elements")
@@ -321,13 +328,7 @@ def plot_fusion_latency(df: pd.DataFrame):
 
 def plot_fusion_throughput(df: pd.DataFrame):
     """GB/s of the minimal traffic (read x + write y) vs elements, one panel per op, copy line."""
-    import matplotlib.pyplot as plt
-
-    part = _require(df, FUSION_OPS, "plot_fusion_throughput")
-    text, copy = figure_context(df)
-    ops = _fusion_ops(part)
-    fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops) + 0.5, 3.8), squeeze=False, sharey=True)
-    colors = _palette(part["variant"])
+    part, text, copy, ops, fig, axes, colors = _fusion_panels(df, "plot_fusion_throughput")
     for ax, op in zip(axes[0], ops):
         for variant, rows in part[part["loss"] == op].groupby("variant", sort=True):
             rows = rows.sort_values("n_elements")

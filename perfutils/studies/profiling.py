@@ -19,9 +19,9 @@ The tables and figures of these files are in :mod:`perfutils.plots.profiling`.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -33,7 +33,7 @@ from .loss_step import (DEFAULT_TOKENS, DEFAULT_VOCAB, LOGIT_SCALE, TORCH_VARIAN
 from .profile_ncu import measure_ncu
 from ..measure.profiler import kernel_table
 from ..data.schema import config_key
-from ..measure.session import CudaBackend, Session
+from ..measure.session import CudaBackend, Session, run_studies
 from ..measure.sweep_config import TOLERANCE
 from ..measure.timing import rel_err
 
@@ -147,16 +147,9 @@ def measure_profile(out_dir: str | os.PathLike = "data", *, tokens: int = DEFAUL
 def run_all_gpu(out_dir: str | os.PathLike = "data", *, overwrite: bool = False, ncu_timeout_s: float = 150.0,
                 log: Callable[[str], Any] = print) -> list[Path]:
     """Everything notebook 08 replays: profile_kernels.csv, and profile_ncu.csv when ncu works."""
-    started = time.perf_counter()
-    backend = CudaBackend(producer=PRODUCER_COMMAND)
-    copy = float(backend.copy_gbps())
-    log(f"GPU: {torch.cuda.get_device_name()}; copy bandwidth {copy:.0f} GB/s")
-    written = [measure_profile(out_dir, overwrite=overwrite, copy_gbps=copy, backend=backend, log=log)]
-    ncu_path = measure_ncu(out_dir, overwrite=overwrite, copy_gbps=copy, backend=backend, timeout_s=ncu_timeout_s, log=log)
-    if ncu_path is not None:
-        written.append(ncu_path)
-    log(f"done in {time.perf_counter() - started:.0f}s: " + ", ".join(map(str, written)))
-    return written
+    return run_studies([functools.partial(measure_profile, out_dir, overwrite=overwrite),
+                        functools.partial(measure_ncu, out_dir, overwrite=overwrite, timeout_s=ncu_timeout_s)],
+                       PRODUCER_COMMAND, log)
 
 
 # Command line

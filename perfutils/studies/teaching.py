@@ -14,9 +14,9 @@ excluded; every measured configuration is checked against a float64 PyTorch refe
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -35,7 +35,7 @@ from perfutils.lab_kernels.teaching.vector_add import (ADD_TILE_CONFIGS, add_ker
 from ..model.compiled_kernel import kernel_stats
 from ..data import records
 from ..data.schema import config_key, error_text
-from ..measure.session import CudaBackend, Session
+from ..measure.session import CudaBackend, Session, run_studies
 from ..measure.timing import rel_err
 
 __all__ = ["BASICS_STUDY", "FUSION_STUDY", "PRODUCER_COMMAND", "measure_basics", "measure_fusion", "run_all_gpu",
@@ -405,17 +405,9 @@ def measure_fusion(out_dir: str | os.PathLike = "data", *, sizes: Sequence[int] 
 def run_all_gpu(out_dir: str | os.PathLike = "data", *, overwrite: bool = False, only: Sequence[str] = ("basics", "fusion"),
                 log: Callable[[str], Any] = print) -> list[Path]:
     """Everything notebooks 06 and 07 replay: ``triton_basics.csv`` and ``fusion.csv`` under ``out_dir``."""
-    started = time.perf_counter()
-    backend = CudaBackend(producer=PRODUCER_COMMAND)
-    copy = float(backend.copy_gbps())
-    log(f"GPU: {torch.cuda.get_device_name()}; copy bandwidth {copy:.0f} GB/s")
-    written = []
-    if "basics" in only:
-        written.append(measure_basics(out_dir, overwrite=overwrite, copy_gbps=copy, backend=backend, log=log))
-    if "fusion" in only:
-        written.append(measure_fusion(out_dir, overwrite=overwrite, copy_gbps=copy, backend=backend, log=log))
-    log(f"done in {time.perf_counter() - started:.0f}s: " + ", ".join(map(str, written)))
-    return written
+    measures = {"basics": measure_basics, "fusion": measure_fusion}
+    return run_studies([functools.partial(measures[name], out_dir, overwrite=overwrite) for name in measures
+                        if name in only], PRODUCER_COMMAND, log)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
