@@ -35,7 +35,8 @@ from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
-           "knob_compiled", "knob_measured", "knob_text", "sass_excerpt", "live_case", "measure_path", "with_live",
+           "knob_compiled", "knob_measured", "compiled_differently", "knob_text", "sass_excerpt", "live_case",
+           "measure_path", "with_live",
            "constexpr_defaults", "fold_constexprs", "without_docstring", "folded_switches", "exercise_variant", "exercise_check",
            "exercise_model", "exercise_answer"]
 
@@ -678,6 +679,24 @@ def one_process_rows(data_dir, steps=STEPS) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=["step", "side", "ms_median", "pct_of_copy"])
     return _match_live(pd.read_csv(path), _live_wanted(steps)[1])
+
+
+def compiled_differently(data_dir) -> list[str]:
+    """The one-process rows (``learning_path.csv``) whose kernel compiled otherwise than today's does offline
+    (``registers_offline.csv``: today's kernels, same loss, variant, vocab, tile and warps): registers or stack then
+    and now, one phrase each. Such a row timed a kernel that no longer exists, e.g. reverse KL's fused 32K tile at
+    64 registers while a bad-row NaN cost it half its registers (fixed since)."""
+    live_path, offline_path = Path(data_dir) / f"{LIVE_STUDY}.csv", Path(data_dir) / "registers_offline.csv"
+    if not live_path.exists() or not offline_path.exists():
+        return []
+    keys = ["loss", "target_format", "variant", "vocab", "block_size", "num_warps"]
+    live, offline = pd.read_csv(live_path).dropna(subset=keys), pd.read_csv(offline_path).dropna(subset=keys)
+    both = live.merge(offline[keys + ["n_regs", "spill_bytes"]], on=keys, suffixes=("", "_today"))
+    moved = both[(both["n_regs"] != both["n_regs_today"]) | (both["spill_bytes"] != both["spill_bytes_today"])]
+    return [f"{r.loss} {r.variant} {int(r.vocab)} columns, tile {int(r.block_size)} x {int(r.num_warps)} warps: "
+            f"{int(r.n_regs)} registers and {int(r.spill_bytes)} B of stack when measured ({r.ms_median:.3f} ms), "
+            f"{int(r.n_regs_today)} and {int(r.spill_bytes_today)} B in today's offline compile"
+            for r in moved.itertuples()]
 
 
 def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:

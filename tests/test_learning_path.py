@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from perfutils import learning_path as lp
@@ -161,6 +162,19 @@ def test_a_knob_measured_on_another_gpu_is_predicted_with_that_gpus_ceilings():
     assert same == "" and "own ceilings" in own and "no ceilings recorded" in none
     assert "H200" in h200.name and other.name == h100.name
     assert h200.ceilings.dram_gbps > h100.ceilings.dram_gbps
+
+
+def test_a_one_process_row_of_a_kernel_that_compiles_otherwise_today_is_named(tmp_path):
+    columns = ["loss", "target_format", "variant", "vocab", "block_size", "num_warps", "n_regs", "spill_bytes"]
+    then = pd.DataFrame([("reverse_kl", "logits", "fused", 32768, 32768, 16, 64, 1072),
+                         ("reverse_kl", "logits", "fused", 32768, 16384, 16, 97, 0),
+                         ("reverse_kl", "logits", "fused", 32768, 16384, None, 95, 0)], columns=columns)
+    today = then.iloc[:2].assign(n_regs=[128, 97], spill_bytes=[632, 0])
+    assert lp.compiled_differently(tmp_path) == []  # no files: nothing to say
+    then.assign(ms_median=[2.269, 0.35, 0.346]).to_csv(tmp_path / f"{lp.LIVE_STUDY}.csv", index=False)
+    today.to_csv(tmp_path / "registers_offline.csv", index=False)
+    moved = lp.compiled_differently(tmp_path)
+    assert len(moved) == 1 and "64 registers and 1072 B" in moved[0] and "128 and 632 B" in moved[0]
 
 
 def test_live_cases_cover_the_one_gpu_rows_only():
