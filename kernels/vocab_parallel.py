@@ -169,11 +169,12 @@ def _exchange_signatures(vp: VocabParallelProblem, store, timeout_s: float, mine
     """Every rank's signature through the store: post this rank's, wait for the others' (bounded by the group's
     timeout). No collective, so a rank whose peers' calls are cached raises here instead of starting a collective they
     never join."""
-    mine = json.loads(json.dumps(mine, default=str))  # as the store gives it back (tuples become lists)
+    posted = json.dumps(mine, default=str)
+    mine = json.loads(posted)  # as the store gives it back (tuples become lists)
     count = _CHECKED_CALLS.get(vp.group, 0)
     _CHECKED_CALLS[vp.group] = count + 1
     keys = [_signature_key(count, rank) for rank in range(vp.world_size)]
-    store.set(keys[vp.rank], json.dumps(mine, default=str))
+    store.set(keys[vp.rank], posted)
     try:
         store.wait(keys, timedelta(seconds=timeout_s))
     except RuntimeError as error:
@@ -187,7 +188,7 @@ def _exchange_signatures(vp: VocabParallelProblem, store, timeout_s: float, mine
             f"the ranks of the group made different vocab-parallel loss calls: rank(s) {absent} did not make this call "
             f"within the group's timeout ({timeout_s:g} s); their calls are cached with other arguments, or they are "
             "elsewhere. " + ("Their last checked call differs: " + "; ".join(differences) if differences
-                             else "This rank's call: " + json.dumps(mine, default=str))
+                             else "This rank's call: " + posted)
         ) from error
     if count >= 2:  # every rank has read the keys of two checks ago (it posted the last check's after reading them)
         store.delete_key(_signature_key(count - 2, vp.rank))
@@ -457,12 +458,13 @@ def prepare(logits, target, *, group, loss: str = "cross_entropy", target_format
         check_labels_and_mask(vp)
     design = resolve_design(tp_design, vp, hosts)
     check_options(design, options)  # before the search plans candidates with them
-    source = None
+    source, plan = None, None
     if design == "symmetric" and block_size is None and num_warps is None:  # the ranks choose the chunks together
-        block_size, num_warps, source = vocab_parallel_search.choose(
+        block_size, num_warps, source, plan = vocab_parallel_search.choose(
             vp, lambda block, warps: plan_symmetric(vp, block, warps, **options),
             default_exchange_config(vp.problem.n_cols))
-    plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
+    if plan is None:  # a searched call runs the plan it timed
+        plan = plan_vocab_parallel(vp, design, block_size, num_warps, options)
     if source is not None:
         plan.config["source"] = source
     return plan

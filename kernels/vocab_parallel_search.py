@@ -50,37 +50,41 @@ def agreed_entry(entries: list):
     return first if first is not None and all(entry == first for entry in entries) else None
 
 
-def choose(vp, planner: Callable, default: tuple[int, int]) -> tuple[int, int, str]:
-    """``(block_size, num_warps, source)`` for this call's shape class. ``planner(block_size, num_warps)`` builds a
-    candidate's plan. Collective on a memory miss (every rank calls it at the same point, as every vocab-parallel
-    call)."""
+def choose(vp, planner: Callable, default: tuple[int, int]) -> tuple[int, int, str, object]:
+    """``(block_size, num_warps, source, plan)`` for this call's shape class. ``planner(block_size, num_warps)`` builds
+    a candidate's plan; ``plan`` is the winner's, already built, when this call searched (else None: the caller
+    builds it). Collective on a memory miss (every rank calls it at the same point, as every vocab-parallel call)."""
     if not searchable(vp):
-        return (*default, "default")
+        return (*default, "default", None)
     device = vp.problem.logits.device
     gpu_name = torch.cuda.get_device_name(device)
     key = shape_class(vp)
-    entry = _MEMORY.get((gpu_name, key))
+    entry, plan = _MEMORY.get((gpu_name, key)), None
     if entry is None:
         path = autotune.cache_file(gpu_name)
         everyone: list = [None] * vp.world_size
         dist.all_gather_object(everyone, autotune.read_cache(path).get(key), group=vp.group)
         entry = agreed_entry(everyone)
         if entry is None:
-            entry = _search(vp, planner, default)
+            entry, plan = _search(vp, planner, default)
             autotune.write_cache(path, key, entry)
         _MEMORY[(gpu_name, key)] = entry
-    return entry["block_size"], entry["num_warps"], entry["source"]
+    return entry["block_size"], entry["num_warps"], entry["source"], plan
 
 
-def _search(vp, planner: Callable, default: tuple[int, int]) -> dict:
-    timed = []
+def _search(vp, planner: Callable, default: tuple[int, int]) -> tuple[dict, object]:
+    """The cache entry of the fastest candidate, and its plan (timed, so not built again for the call)."""
+    timed, best_plan, best_ms = [], None, float("inf")
     for block_size, num_warps in CANDIDATES:
-        record = {"block_size": block_size, "num_warps": num_warps}
-        record["ms"] = _time_together(vp, planner(block_size, num_warps))
+        plan = planner(block_size, num_warps)
+        record = {"block_size": block_size, "num_warps": num_warps, "ms": _time_together(vp, plan)}
         timed.append(record)
+        if record["ms"] < best_ms:  # the first of equal times, as min() would choose
+            best_plan, best_ms = plan, record["ms"]
+        del plan  # a losing plan's workspace goes before the next candidate's is allocated
     best = min(timed, key=lambda record: record["ms"])
-    return {"block_size": best["block_size"], "num_warps": best["num_warps"], "source": "first-call search",
-            "candidates": timed, "default": list(default)}
+    return ({"block_size": best["block_size"], "num_warps": best["num_warps"], "source": "first-call search",
+             "candidates": timed, "default": list(default)}, best_plan)
 
 
 def _time_together(vp, plan) -> float:

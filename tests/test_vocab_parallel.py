@@ -450,7 +450,24 @@ def test_exchange_search_agrees_across_ranks_and_stays_off_the_cpu():
     vp = vocab_parallel.VocabParallelProblem(problem, None, 0, 2)
     assert search.shape_class(vp).startswith("vocab_parallel/symmetric/tp=2/cross_entropy/labels/")
     assert not search.searchable(vp)
-    assert search.choose(vp, lambda *_: pytest.fail("nothing is planned off a GPU"), (4096, 4)) == (4096, 4, "default")
+    assert search.choose(vp, lambda *_: pytest.fail("nothing is planned off a GPU"),
+                         (4096, 4)) == (4096, 4, "default", None)
+
+
+def test_exchange_search_hands_back_the_plan_it_timed(monkeypatch):
+    """The search's winner is the plan the call runs: built once, timed, returned (not planned a second time)."""
+    from kernels import vocab_parallel_search as search
+
+    built = []
+
+    def planner(block_size, num_warps):
+        built.append((block_size, num_warps))
+        return {"block_size": block_size}
+
+    monkeypatch.setattr(search, "_time_together", lambda vp, plan: {4096: 0.5, 8192: 0.4}[plan["block_size"]])
+    entry, plan = search._search(None, planner, (4096, 4))
+    assert plan == {"block_size": 8192} and entry["block_size"] == 8192 and entry["source"] == "first-call search"
+    assert built == list(search.CANDIDATES) and [c["ms"] for c in entry["candidates"]] == [0.5, 0.4]
 
 
 def test_bytes_per_rank():
