@@ -277,7 +277,7 @@ def choose(problem: Problem, seed) -> Choice | None:
 def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
     """Time the candidates on the problem's own tensors: (the cache entry of the fastest, with every candidate's
     record; the fastest's plan), or None when none ran. The fastest plan so far is kept for the hand-back, its
-    gradient's memory lent to the next candidates meanwhile (:func:`_gradient_memory`): one gradient at a time."""
+    gradient's memory lent to the next candidates meanwhile (:func:`gradient_memory`): one gradient at a time."""
     timed = []
     lagged = []  # (ms, candidate, compiled kernel) of the lagged split_row candidates, for their capped twins
     best = None  # (entry, plan) of the fastest candidate so far
@@ -293,7 +293,7 @@ def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
             entry["error"] = f"{type(error).__name__}: {error}"[:200]
             return None
         if best is None or entry["ms"] < best[0]["ms"]:
-            _gradient_memory(plan, keep=False)
+            gradient_memory(plan.buffers[1], keep=False)
             best = (entry, plan)
         return plan
 
@@ -312,14 +312,13 @@ def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
     if best is None:
         return None
     entry, plan = best
-    _gradient_memory(plan, keep=True)
+    gradient_memory(plan.buffers[1], keep=True)
     return {**entry, "source": "first-call search", "candidates": timed}, plan
 
 
-def _gradient_memory(plan, keep: bool) -> None:
-    """Free (``keep=False``) or give back the memory of a kept plan's gradient: its storage is resized, the tensor
-    its launches and ``finish`` hold stays (contents undefined: every run writes all of it)."""
-    grad = plan.buffers[1]
+def gradient_memory(grad, keep: bool) -> None:
+    """Free (``keep=False``) or give back the memory of a kept plan's gradient ``grad`` (None: none): its storage is
+    resized, the tensor its launches and ``finish`` hold stays (contents undefined: every run writes all of it)."""
     if grad is not None:
         grad.untyped_storage().resize_(grad.numel() * grad.element_size() if keep else 0)
 

@@ -73,18 +73,26 @@ def choose(vp, planner: Callable, default: tuple[int, int]) -> tuple[int, int, s
 
 
 def _search(vp, planner: Callable, default: tuple[int, int]) -> tuple[dict, object]:
-    """The cache entry of the fastest candidate, and its plan (timed, so not built again for the call)."""
+    """The cache entry of the fastest candidate, and its plan (timed, so not built again for the call); the fastest
+    so far lends its gradient's memory to the next candidate meanwhile, as autotune's search does."""
     timed, best_plan, best_ms = [], None, float("inf")
     for block_size, num_warps in CANDIDATES:
         plan = planner(block_size, num_warps)
         record = {"block_size": block_size, "num_warps": num_warps, "ms": _time_together(vp, plan)}
         timed.append(record)
         if record["ms"] < best_ms:  # the first of equal times, as min() would choose
+            autotune.gradient_memory(_grad(plan), keep=False)
             best_plan, best_ms = plan, record["ms"]
         del plan  # a losing plan's workspace goes before the next candidate's is allocated
+    autotune.gradient_memory(_grad(best_plan), keep=True)
     best = min(timed, key=lambda record: record["ms"])
     return ({"block_size": best["block_size"], "num_warps": best["num_warps"], "source": "first-call search",
              "candidates": timed, "default": list(default)}, best_plan)
+
+
+def _grad(plan):
+    buffers = getattr(plan, "buffers", None)
+    return buffers.get("grad") if isinstance(buffers, dict) else None
 
 
 def _time_together(vp, plan) -> float:

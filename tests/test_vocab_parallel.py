@@ -455,19 +455,28 @@ def test_exchange_search_agrees_across_ranks_and_stays_off_the_cpu():
 
 
 def test_exchange_search_hands_back_the_plan_it_timed(monkeypatch):
-    """The search's winner is the plan the call runs: built once, timed, returned (not planned a second time)."""
+    """The search's winner is the plan the call runs: built once, timed, returned (not planned a second time); while
+    the next candidate is timed, the fastest so far holds no gradient memory (one gradient at a time), and the winner
+    gets its memory back."""
+    from types import SimpleNamespace
+
     from kernels import vocab_parallel_search as search
 
     built = []
 
     def planner(block_size, num_warps):
-        built.append((block_size, num_warps))
-        return {"block_size": block_size}
+        built.append(SimpleNamespace(block_size=block_size, buffers={"grad": torch.zeros(64)}))
+        return built[-1]
 
-    monkeypatch.setattr(search, "_time_together", lambda vp, plan: {4096: 0.5, 8192: 0.4}[plan["block_size"]])
+    def fake_time(vp, plan):
+        assert all(other.buffers["grad"].untyped_storage().nbytes() == 0 for other in built[:-1])
+        return {4096: 0.4, 8192: 0.5}[plan.block_size]
+
+    monkeypatch.setattr(search, "_time_together", fake_time)
     entry, plan = search._search(None, planner, (4096, 4))
-    assert plan == {"block_size": 8192} and entry["block_size"] == 8192 and entry["source"] == "first-call search"
-    assert built == list(search.CANDIDATES) and [c["ms"] for c in entry["candidates"]] == [0.5, 0.4]
+    assert plan is built[0] and entry["block_size"] == 4096 and entry["source"] == "first-call search"
+    assert [(p.block_size, 4) for p in built] == list(search.CANDIDATES) and entry["candidates"][1]["ms"] == 0.5
+    assert plan.buffers["grad"].untyped_storage().nbytes() == 64 * 4
 
 
 def test_bytes_per_rank():
