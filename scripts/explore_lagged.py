@@ -19,6 +19,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-scope PART PARTS, time-scope   # GPU-scope poll (run U: a patch)
   python scripts/explore_lagged.py compile-loads PART PARTS, time-loads   # hints off, unmasked loads (run V: a patch)
   python scripts/explore_lagged.py compile-fast PART PARTS, time-fast   # fast math or not (run W)
+  python scripts/explore_lagged.py compile-h200 PART PARTS, time-h200   # an H200's choice of configuration (run X)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -39,6 +40,7 @@ planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunk
 ``explore_poll_2026-11-26.txt`` (runs T and U: ``archive/patches/run_T_poll_ahead.patch``, ``archive/patches/run_U_gpu_scope_poll.patch``),
 ``explore_loads_2026-11-26.txt`` (run V: ``archive/patches/run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
 """
+import itertools
 import json
 import math
 import os
@@ -87,6 +89,11 @@ READ_AHEAD_CONFIGS = [(2048, 4, {}), (4096, 4, {}), (8192, 4, {}),
                       (1024, 4, {"read_ahead": 1}), (1024, 4, {"read_ahead": 2}), (2048, 4, {"read_ahead": 1}),
                       (2048, 4, {"read_ahead": 2}), (2048, 8, {"read_ahead": 1}), (4096, 4, {"read_ahead": 1}),
                       (4096, 8, {"read_ahead": 1})]
+# Run X (2026-11-28, an H200): does the H200 want other lagged configurations than the search tries? The distribution
+# losses at three widths, the search's candidates and wider chunks (run A's), register caps and reads issued ahead.
+H200_CELLS = [(loss, "logits", vocab) for loss in ("forward_kl", "reverse_kl") for vocab in (32000, 50257, 131072)]
+H200_EXTRA = [(4096, 4, {"maxnreg": 128}), (8192, 4, {"maxnreg": 168}), (8192, 4, {"maxnreg": 128}),
+              (4096, 8, {"maxnreg": 96}), (2048, 4, {"read_ahead": 1}), (4096, 4, {"read_ahead": 1})]
 # Run F (2026-11-25): one program per row (split=False) at tiles and warps the search does not try, with and without
 # keep_last (the row's last tile kept in registers between the walks), where labels CE misses 85% (32000, 32064,
 # 50257) and beside aligned neighbours.
@@ -253,6 +260,11 @@ def lagged_configs(vocab):
     return out
 
 
+def h200_configs(vocab):
+    """Run X: run A's configurations and H200_EXTRA (chunks narrower than the row)."""
+    return lagged_configs(vocab) + [(b, w, o) for b, w, o in H200_EXTRA if b < vocab]
+
+
 def read_ahead_configs(vocab):
     return [(b, w, o) for b, w, o in READ_AHEAD_CONFIGS if b < vocab and math.ceil(vocab / b) <= 64]
 
@@ -264,6 +276,7 @@ def row_configs(vocab):  # a tile wider than the row is the single-tile kernel, 
 # The runs by command suffix ("compile<suffix>", "time<suffix>"): (cells as (loss, format, vocab, tokens), configs).
 RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-read-ahead": ([(*cell, TOKENS) for cell in READ_AHEAD_CELLS], read_ahead_configs),
+        "-h200": ([(*cell, TOKENS) for cell in H200_CELLS], h200_configs),
         "-rows": ([(*cell, TOKENS) for cell in ROW_CELLS], row_configs),
         "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS),
         "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS),
@@ -316,9 +329,8 @@ def copy_gbps():
 def run(phase, cells, configs, part=0, parts=1):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
-    for index, (loss, fmt, vocab, tokens) in enumerate(cells):
-        if not timing and index % parts != part:
-            continue
+    shares = itertools.count()  # compile: the (cell, configuration) pairs dealt to the processes in turn
+    for loss, fmt, vocab, tokens in cells:
         if not timing:  # the kernels a cell compiles do not depend on its row count (both multiples of 16)
             tokens = min(tokens, TOKENS)
         x, t = inputs(fmt, vocab, tokens)
@@ -335,6 +347,8 @@ def run(phase, cells, configs, part=0, parts=1):
             ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
             _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
+            if not timing and next(shares) % parts != part:
+                continue
             record = {"lag": LAG, "loss": loss, "fmt": fmt, "vocab": vocab, "tokens": tokens,
                       "cfg": label(block, warps, options),
                       **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {}),
