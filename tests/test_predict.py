@@ -270,3 +270,27 @@ def test_the_sms_issue_is_counted_once():
     terms = _pass_terms(kp, gpu, DEFAULT_CONSTANTS)
     assert terms["latency"] >= terms["issue"] * (1 - 1e-9)
     assert terms["total"] < terms["latency"] + 0.5 * terms["issue"]
+
+
+def test_the_vocab_parallel_exchange_grows_with_the_rows_and_is_absent_on_one_gpu():
+    """The symmetric design's exchange: each row's chunk summaries cross to the peer and are polled, so more rows move
+    more bytes; one GPU exchanges nothing; the exchange's L2 traffic never makes a rank's kernel faster."""
+    from perfutils.model.predict import exchange_bytes, gpu_from_folder, with_exchange, without_exchange
+
+    shape = dict(loss="cross_entropy", target_format="labels", vocab=131072, num_chunks=16)
+    small, large = exchange_bytes(tokens=4096, tp=2, **shape), exchange_bytes(tokens=16384, tp=2, **shape)
+    assert all(0 < small[k] < large[k] for k in ("sent", "received", "polled"))
+    assert small["sent"] == 4096 * 16 * 3 * 8  # 3 words of 8 bytes a row and chunk (recorded: tensor_parallel.csv)
+    assert exchange_bytes(tokens=4096, tp=1, **shape) == {"sent": 0, "received": 0, "polled": 0}
+    wider = exchange_bytes(tokens=4096, tp=2, loss="forward_kl", target_format="logits", vocab=131072, num_chunks=16)
+    assert wider["sent"] > small["sent"]  # 5 words for the distribution losses
+    with pytest.raises(ValueError):
+        exchange_bytes(tokens=4096, tp=0, **shape)
+    gpu = gpu_from_folder(DATA)
+    rank = replace(_lagged(4), tokens=4096, vocab=65536, loss="cross_entropy", target_format="labels")
+    both = with_exchange(rank, tp=2, num_chunks=16)
+    assert both.exchange_l2_bytes == small["received"] + small["polled"]
+    assert predict(both, gpu).ms >= predict(rank, gpu).ms
+    assert predict(both, gpu).breakdown["exchange"] > 0
+    assert without_exchange(both) == rank
+    assert with_exchange(rank, tp=1) == rank

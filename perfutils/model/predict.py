@@ -194,6 +194,7 @@ class LaunchConfig:
     host: str = "kernel"  # kernel | public | autograd | peer
     launches: int = 1
     elementwise_bytes: float = 0.0  # elementwise studies: bytes of all kernels
+    exchange_l2_bytes: float = 0.0  # a vocab-parallel rank's exchange traffic through its own L2 (``with_exchange``)
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,8 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
     host_s = {"kernel": 0.0, "public": k.host_public_us, "autograd": k.host_autograd_us,
               "peer": k.host_peer_us}[config.host] * 1e-6
     terms["host"] = host_s
+    if config.exchange_l2_bytes and gpu.ceilings.l2_gbps:  # shown apart; its time is inside the l2 term already
+        terms["exchange"] = config.exchange_l2_bytes / (gpu.ceilings.l2_gbps * 1e9)
     total = max(kernel_s, host_s)
     if host_s >= kernel_s:
         bound = "host"
@@ -537,6 +540,51 @@ def config_from_row(row: dict, gpu: Gpu, plan_rows: dict | None = None) -> Launc
     return LaunchConfig(**base, passes=tuple(passes), host=host, launches=len(launches) + (host == "autograd"))
 
 
+def exchange_bytes(*, loss: str, target_format: str, tokens: int, vocab: int, tp: int,
+                   num_chunks: int | None = None) -> dict:
+    """What one rank of the symmetric vocab-parallel design (``kernels.vocab_parallel_exchange``) moves for the
+    exchange in one call, as the product counts it (``kernels.vocab_parallel.bytes_per_rank``): each chunk's summary
+    of each row (3 words for cross-entropy from labels, 5 for the distribution losses, 8 bytes each) stored into
+    every peer's buffer over NVLink (``sent``; as many ``received`` from the peers) and the row's tp x chunks
+    summaries polled from the rank's own L2 before it finishes the row (``polled``). No collective, and no round trip
+    on the critical path: a row's summaries are read LAG_STEPS steps after they were written. Zero for tp = 1."""
+    if tp < 1:
+        raise ValueError(f"tp must be at least 1, got {tp}")
+    if tp == 1:
+        return {"sent": 0, "received": 0, "polled": 0}
+    from kernels.vocab_parallel import bytes_per_rank
+
+    counts = bytes_per_rank("symmetric", loss=loss, target_format=target_format, n_rows=int(tokens),
+                            vocab=int(vocab), world_size=int(tp), num_chunks=num_chunks)
+    return {key: counts[key] for key in ("sent", "received", "polled")}
+
+
+def with_exchange(config: LaunchConfig, *, tp: int, num_chunks: int | None = None) -> LaunchConfig:
+    """``config`` (one rank's kernel on its slice of every row: ``config.vocab`` is the slice's columns) with the
+    exchange of the symmetric design added: the summaries the peers store into the rank's buffer and the polls of
+    that buffer are L2 traffic of the rank's kernel, costed at the GPU's measured L2 read bandwidth in the kernel's
+    L2 term (``exchange_bytes``). The NVLink stores themselves (``sent``, 24-40 bytes a row and chunk) are not
+    costed: no NVLink rate was measured."""
+    moved = exchange_bytes(loss=config.loss, target_format=config.target_format, tokens=config.tokens,
+                           vocab=config.vocab * tp, tp=tp, num_chunks=num_chunks)
+    extra = float(moved["received"] + moved["polled"])
+    if not extra or not config.passes:
+        return config
+    return _exchange_in_l2(config, extra)
+
+
+def without_exchange(config: LaunchConfig) -> LaunchConfig:
+    """``config`` as it was before :func:`with_exchange`: one rank's kernel alone on its slice."""
+    return _exchange_in_l2(config, -config.exchange_l2_bytes) if config.exchange_l2_bytes else config
+
+
+def _exchange_in_l2(config: LaunchConfig, extra: float) -> LaunchConfig:
+    main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+    passes = list(config.passes)
+    passes[main] = replace(passes[main], l2_bytes=passes[main].l2_bytes + extra)
+    return replace(config, passes=tuple(passes), exchange_l2_bytes=config.exchange_l2_bytes + extra)
+
+
 def _read_rows(folder: Path, study: str) -> pd.DataFrame:
     path = folder / f"{study}.csv"
     if not path.is_file():
@@ -691,8 +739,9 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
-           "check", "config_from_row", "gpu_from_folder", "half_of", "load_configurations", "plain_roofline_ms",
-           "fit_half", "predict", "summarize", "sweep_spearman"]
+           "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
+           "plain_roofline_ms", "fit_half", "predict", "summarize", "sweep_spearman", "with_exchange",
+           "without_exchange"]
 
 
 def _errors(configs, measured, gpu, constants) -> np.ndarray:
