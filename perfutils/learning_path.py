@@ -199,9 +199,12 @@ STEPS: tuple[PathStep, ...] = (
                         plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan"))), slice_of=2),
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
                          plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan")))),
-             note="no compile counts, profiler counters or log of the two-GPU kernel were recorded; "
-                  "the model has no term for the exchange: tp=2 is predicted as one rank's kernel on its half of "
-                  "each row (the one-GPU plan of the whole row, on half the columns)"),
+             note="no compile counts, profiler counters or log of the two-GPU kernel were recorded; tp=2 is "
+                  "predicted as the kernel each rank ran (the row's recorded tile, warps, chunks and grid) on its half "
+                  "of each row, plus the exchange (model.with_exchange): the summaries the peer stores into the "
+                  "rank's buffer and the rank's polls of it (kernels.vocab_parallel.bytes_per_rank) as L2 traffic at "
+                  "the measured L2 bandwidth; the NVLink stores themselves are not costed (no NVLink rate was "
+                  "measured), and no round trip is (a row's summaries are read LAG steps after they are written)"),
 )
 
 
@@ -234,14 +237,44 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
     """The model's configuration and prediction for a recorded row (its non-time columns only); with ``pick.plan``,
     the plan row of another study supplies the kernel, on ``vocab / pick.slice_of`` columns."""
     source = dict(row)
-    if pick is not None and pick.plan is not None:
+    ran = _rank_kernel(row, gpu) if pick is not None and pick.slice_of > 1 else None
+    if ran is not None:  # the kernel each rank ran, as the row recorded it, on its slice
+        source = {**row, **ran}
+    elif pick is not None and pick.plan is not None:
         plan = pick_row(data_dir, pick.plan, cache)
         if plan is None:
             return None
         source = {**plan, "study": row.get("study"), "config_key": row.get("config_key"),
                   "vocab": int(plan["vocab"]) // pick.slice_of}
     config = model.config_from_row(source, gpu)
+    if config is not None and pick is not None and pick.slice_of > 1:
+        chunks = (_json_config(row) or {}).get("num_chunks")
+        config = model.with_exchange(config, tp=pick.slice_of, num_chunks=int(chunks) if chunks else None)
     return None if config is None else (config, model.predict(config, gpu))
+
+
+def _json_config(row: dict) -> dict | None:
+    try:
+        value = json.loads(row.get("config") or "")
+    except (TypeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _rank_kernel(row: dict, gpu: model.Gpu) -> dict | None:
+    """The columns that describe the kernel one rank of a vocab-parallel row ran (its ``config``: the lagged
+    exchange kernel's tile, warps, chunks and persistent grid, the programs the GPU held), on its slice of the
+    vocabulary; None where the row did not record them."""
+    config = _json_config(row)
+    if not config or not all(config.get(k) for k in ("block_size", "num_warps", "num_chunks", "programs")):
+        return None
+    tp = int(row.get("tp") or 1)
+    resident = math.ceil(int(config.get("resident_programs") or config["programs"]) / gpu.sm_count)
+    plan = {"variant": "split_row", "block_size": config["block_size"], "num_warps": config["num_warps"],
+            "num_chunks": config["num_chunks"], "programs": config["programs"]}
+    launch = {"name": "split_row.lagged", "block_size": config["block_size"], "num_warps": config["num_warps"],
+              "blocks_per_sm": resident}
+    return {"vocab": int(row["vocab"]) // tp, "plan_config": json.dumps(plan), "passes": json.dumps([launch])}
 
 
 def _describe(row: dict | None) -> dict:
@@ -249,6 +282,7 @@ def _describe(row: dict | None) -> dict:
         return {}
     passes = row.get("passes")
     launch = (json.loads(passes)[0] if isinstance(passes, str) and passes.startswith("[") else {})
+    launch = launch or _json_config(row) or {}  # a vocab-parallel row: the kernel its ranks ran
     value = lambda key: launch.get(key) if launch.get(key) is not None else row.get(key)  # noqa: E731
     return {"vocab": int(row["vocab"]), "tokens": int(row["tokens"]), "block_size": value("block_size"),
             "num_warps": value("num_warps"), "n_regs": value("n_regs"), "spill_bytes": value("spill_bytes"),
@@ -295,6 +329,9 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
                          "dram_ms": pred.breakdown.get("dram") if pred else math.nan,
                          "latency_ms": pred.breakdown.get("latency") if pred else math.nan,
                          "spills_ms": pred.breakdown.get("spills") if pred else math.nan,
+                         "exchange_ms": pred.breakdown.get("exchange", math.nan) if pred else math.nan,
+                         "predicted_without_exchange_ms": (model.predict(model.without_exchange(config), gpu).ms
+                                                           if pred and config.exchange_l2_bytes else math.nan),
                          **_model_counts(config),
                          "floor_ms": bytes_min / (gpu.ceilings.dram_gbps * 1e9) * 1e3,
                          "source": pick.describe()})
@@ -327,6 +364,9 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
         text += (f". Against the step before ({b['recorded_ms']:.3f} ms recorded, {b['predicted_ms']:.3f} ms "
                  f"predicted, bound `{b['bound']}`): **{b['recorded_ms'] / after['recorded_ms']:.2f}x recorded**, "
                  f"{b['predicted_ms'] / after['predicted_ms']:.2f}x predicted")
+    if after.get("exchange_ms", math.nan) == after.get("exchange_ms", math.nan):  # a vocab-parallel step
+        text += (f". The exchange's L2 traffic alone would take {after['exchange_ms'] * 1e3:.1f} us; with it the "
+                 f"prediction is {after['predicted_ms']:.4f} ms, without it {after['predicted_without_exchange_ms']:.4f} ms")
     return shown, text + "."
 
 

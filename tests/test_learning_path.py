@@ -330,3 +330,16 @@ def test_diffs_leave_docstrings_out_and_keep_the_code():
     assert lp.without_docstring("def k(x):\n    return x\n") == "def k(x):\n    return x\n"
     lagged = lp.step_diff(next(step for step in lp.STEPS if step.key == "lagged"))
     assert '"""' not in lagged and "@@" in lagged
+
+
+def test_the_tp_step_predicts_the_ranks_kernel_with_its_exchange():
+    """The vocabulary split's step: each rank's recorded kernel on half of each row, plus the exchange of the rows'
+    summaries (L2 traffic of the rank's kernel), which never makes the prediction faster; the one-GPU step before
+    it has no exchange."""
+    frame = lp.path_frame(DATA)
+    after = frame[(frame["step"] == "tp") & (frame["side"] == "after")].iloc[0]
+    before = frame[(frame["step"] == "tp") & (frame["side"] == "before")].iloc[0]
+    assert after["exchange_ms"] > 0 and after["predicted_ms"] >= after["predicted_without_exchange_ms"]
+    assert after["block_size"] == 4096 and after["resident"] == 9  # the recorded config: 1188 programs on 132 SMs
+    assert math.isnan(before["exchange_ms"])
+    assert "exchange" in lp.step_summary(frame, "tp")[1]

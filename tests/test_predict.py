@@ -237,3 +237,60 @@ def test_a_lagged_plan_without_its_grid_gets_the_persistent_one():
     assert kp.programs % 32 == 0 and kp.programs <= kp.resident * gpu.sm_count
     assert kp.tiles_per_step == 2 and kp.elements == 2 * 4096 * 131072
     assert kp.steps == pytest.approx(4096 / (kp.programs / 32) + LAG_STEPS)
+
+
+def test_resident_programs_overlap_their_waits_with_each_others_arithmetic():
+    """A step is a closed queue: one program alone takes its round trip plus its arithmetic; many share the SM's
+    schedulers, so a step lasts at least their issue one after another and never the round trip plus all of it."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, closed_queue_cycle, step_seconds
+
+    assert closed_queue_cycle(1, 3.0, 2.0) == pytest.approx(5.0)
+    for programs in (2, 4, 8, 32):
+        cycle = closed_queue_cycle(programs, 3.0, 2.0)
+        assert max(3.0 + 2.0, programs * 2.0) <= cycle < 3.0 + programs * 2.0
+    assert closed_queue_cycle(64, 3.0, 2.0) == pytest.approx(128.0, rel=1e-6)
+    gpu = Gpu(GPU.ceilings, clock_ghz=1.98)
+    one = _lagged(1).passes[0]
+    lone = step_seconds(one, gpu)
+    assert lone > DEFAULT_CONSTANTS.dram_latency_ns * 1e-9
+    k = DEFAULT_CONSTANTS
+    issue = 2 * 4096 * k.instructions_per_element * (1 + k.second_input_instructions) / 128 / 1.98e9
+    for resident in (2, 4, 8):
+        step = step_seconds(replace(one, resident=resident), gpu)
+        assert resident * issue * (1 - 1e-9) <= step < lone + (resident - 1) * issue
+
+
+def test_the_sms_issue_is_counted_once():
+    """The issue time is inside every step: a pass whose steps are all issue is predicted at its latency term, not at
+    that term combined again with the same issue time."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, _pass_terms
+
+    gpu = Gpu(GPU.ceilings, clock_ghz=1.98)
+    kp = replace(_lagged(8).passes[0], dram_bytes=1e3, l2_bytes=0.0)
+    terms = _pass_terms(kp, gpu, DEFAULT_CONSTANTS)
+    assert terms["latency"] >= terms["issue"] * (1 - 1e-9)
+    assert terms["total"] < terms["latency"] + 0.5 * terms["issue"]
+
+
+def test_the_vocab_parallel_exchange_grows_with_the_rows_and_is_absent_on_one_gpu():
+    """The symmetric design's exchange: each row's chunk summaries cross to the peer and are polled, so more rows move
+    more bytes; one GPU exchanges nothing; the exchange's L2 traffic never makes a rank's kernel faster."""
+    from perfutils.model.predict import exchange_bytes, gpu_from_folder, with_exchange, without_exchange
+
+    shape = dict(loss="cross_entropy", target_format="labels", vocab=131072, num_chunks=16)
+    small, large = exchange_bytes(tokens=4096, tp=2, **shape), exchange_bytes(tokens=16384, tp=2, **shape)
+    assert all(0 < small[k] < large[k] for k in ("sent", "received", "polled"))
+    assert small["sent"] == 4096 * 16 * 3 * 8  # 3 words of 8 bytes a row and chunk (recorded: tensor_parallel.csv)
+    assert exchange_bytes(tokens=4096, tp=1, **shape) == {"sent": 0, "received": 0, "polled": 0}
+    wider = exchange_bytes(tokens=4096, tp=2, loss="forward_kl", target_format="logits", vocab=131072, num_chunks=16)
+    assert wider["sent"] > small["sent"]  # 5 words for the distribution losses
+    with pytest.raises(ValueError):
+        exchange_bytes(tokens=4096, tp=0, **shape)
+    gpu = gpu_from_folder(DATA)
+    rank = replace(_lagged(4), tokens=4096, vocab=65536, loss="cross_entropy", target_format="labels")
+    both = with_exchange(rank, tp=2, num_chunks=16)
+    assert both.exchange_l2_bytes == small["received"] + small["polled"]
+    assert predict(both, gpu).ms >= predict(rank, gpu).ms
+    assert predict(both, gpu).breakdown["exchange"] > 0
+    assert without_exchange(both) == rank
+    assert with_exchange(rank, tp=1) == rank

@@ -5,16 +5,19 @@ elements, ``resident`` of them per SM. Each pass costs the slowest of
 
 * ``dram``: the DRAM bytes it moves (the minimum plus re-reads: the fused kernel's second loop over a row that is
   not held in one tile, two_pass's second kernel) over the measured copy bandwidth;
-* ``latency``: Little's law. A program issues one tile's loads, then waits a DRAM round trip plus the tile's
-  arithmetic before the next: its own dependent chain and block reduction, or, if longer, the time the SM's four
-  schedulers take to issue every resident program's tile (they share them); ``resident`` programs per SM overlap. A wave of
-  programs therefore takes ``steps x (latency + chain)``, whatever the bandwidth. Where bytes in flight are short
-  of what the latency needs, this term binds: the distribution losses near 80% of copy;
+* ``latency``: Little's law. A program issues one tile's loads, waits a DRAM round trip, then works through the
+  tile's arithmetic: its warps' instruction streams or, if longer, its turn at the SM's four schedulers, then its
+  block reductions. The ``resident`` programs of an SM share the schedulers, so one program's arithmetic issues while
+  another waits on its round trip: a step is a closed queue (``step_seconds``), the round trip the delay and the
+  schedulers the server, from ``round trip + arithmetic`` for one program to ``resident x issue`` for many, never
+  their sum. A wave of programs takes ``steps x step``, whatever the bandwidth. Where bytes in flight are short of
+  what the latency needs, this term binds: the distribution losses near 80% of copy;
 * ``l2``: bytes read again from L2 (the lagged split_row kernel's second read, the share of re-read rows that L2
   still holds: all while the resident rows fit half of L2, capacity / working set past it) over the measured L2
   bandwidth; DRAM streams at the GPU's Triton copy where recorded (``Gpu.stream_gbps``);
 * ``issue``: instructions per element over the SMs' four schedulers (a second input adds the share the offline
-  SASS counts give, ``second_input_instructions``); ``mufu``: exp2/log2 over the measured exp2 rate;
+  SASS counts give, ``second_input_instructions``): shown, not added, since every step holds it; ``mufu``:
+  exp2/log2 over the measured exp2 rate;
 * ``spills``: local-memory traffic (spill bytes per thread, stored and loaded each step) over the L2 bandwidth,
   added on top (it sits in the dependent chain);
 * ``waves``: a last partial wave of programs runs with fewer bytes in flight (a term of the latency bound);
@@ -23,7 +26,7 @@ elements, ``resident`` of them per SM. Each pass costs the slowest of
 
 The memory terms are combined smoothly (``(a^p + b^p)^(1/p)``): when bandwidth and latency limits are close the
 queues make both bite. The GPU's rates come from its measured ceilings (``ceilings.csv``); what no micro-benchmark
-measured (the loaded DRAM latency, cycles per element of a dependent chain, instructions per element, host floors)
+measured (the DRAM round trip, a warp's cycles an instruction, the reductions, instructions per element, host floors)
 are the ``ModelConstants``, fitted once on the H100's even half of configurations (``fit_half``) and frozen here:
 a prediction reads no recorded time, so scaling every recorded time leaves it unchanged.
 
@@ -80,22 +83,34 @@ class ModelConstants:
     and reported on half 1 by the check. Refitted on half 0 (``fit_half(..., rounds=3)`` twice, the second from the
     first's result) when a step came to include the SM's shared issue of every resident program's tile and the
     fit to score the order inside sweeps: the round trip fell from 1136 to 362 ns (it no longer stands in for the
-    issue time it waited behind), the block reduction rose from 27.5 to 194 cycles a level. Refitted again (the
-    same way, only the step's and the combination's constants: ``names=("dram_latency_ns",
-    "chain_cycles_per_element", "reduce_cycles_per_level", "combine_p")``) when the lagged split_row kernel's step
-    came to hold its two tiles of arithmetic (``KernelPass.tiles_per_step``; Nsight Compute counted 47
-    thread-instructions an element there, 2 x 14.7 x 1.70 = 50, where one tile counted 25): the instructions stay
-    pinned to that count, the dependent chain rose from 2.41 to 32.4 cycles an element a thread holds and the
-    combination sharpened from p = 2.37 to 3.43."""
+    issue time it waited behind), the block reduction rose from 27.5 to 194 cycles a level. The lagged split_row
+    kernel's step then came to hold its two tiles of arithmetic (``KernelPass.tiles_per_step``; Nsight Compute
+    counted 47 thread-instructions an element there, 2 x 14.7 x 1.70 = 50, where one tile counted 25); the
+    instructions stay pinned to that count.
 
-    dram_latency_ns: float = 352.0  # DRAM round trip of a tile's loads, beside the SM's issue of the step
-    chain_cycles_per_element: float = 32.4  # dependent cycles per element a thread holds, per step
-    reduce_cycles_per_level: float = 213.0  # block reduction: cycles per halving (warp shuffles + barrier)
+    The step is now a closed queue (``step_seconds``): while one program waits on its round trip the others'
+    arithmetic issues, and the SM's issue is counted there only (no longer again beside the memory terms). A
+    program's own arithmetic is its warps' instruction streams (``warp_cycles_per_instruction``, which replaced the
+    dependent cycles per element a thread holds: that constant had risen from 2.41 to 32.4, standing in for the
+    per-warp issue it did not count) or, if longer, its turn at the SM's schedulers, then its block reductions, in
+    which the schedulers are free for the others. The step's and the combination's constants refitted on half 0
+    (``fit_half(..., rounds=3, names=("dram_latency_ns", "warp_cycles_per_instruction",
+    "reduce_cycles_per_level", "combine_p"))`` from the values before the two-tile step, 362 ns, 1, 194, 2.37,
+    then again from its result, which it kept): the round trip 352 -> 280 ns (about the H100's unloaded DRAM
+    latency, 555 cycles: it no longer waits behind the other programs' issue), a warp 1.14 cycles an instruction
+    (at least 1: one issue a cycle), a reduction level 213 -> 135 cycles (five shuffle levels and a barrier a
+    reduction, several reductions a step), p 3.43 -> 3.0. From the frozen values of the two-tile step the same fit
+    wanders to a round trip of 48 ns and 0.59 cycles an instruction (impossible, and a worse score: 0.430 against
+    0.423)."""
+
+    dram_latency_ns: float = 280.0  # DRAM round trip of a tile's loads
+    warp_cycles_per_instruction: float = 1.14  # a warp's own instruction stream: cycles an instruction (>= 1)
+    reduce_cycles_per_level: float = 135.0  # a step's block reductions: cycles per halving (warp shuffles + barrier)
     instructions_per_element: float = 14.7  # SASS issued per element per read (one input)
     second_input_instructions: float = 0.70  # what a second input adds, as a share of the first: not fitted, from
     # the SASS counts of the offline sm_90 compiles (second_input_instructions(), H100 folder: 1.73, 1.70, 1.70)
     spill_passes: float = 0.498  # times each spilled byte is stored and loaded per step
-    combine_p: float = 3.43  # smoothness of the bandwidth/latency combination
+    combine_p: float = 3.0  # smoothness of the bandwidth/latency combination
     launch_us: float = 4.05  # per launch, back to back
     host_public_us: float = 30.0  # the public call's host work per call
     host_autograd_us: float = 250.0  # the autograd form's
@@ -179,6 +194,7 @@ class LaunchConfig:
     host: str = "kernel"  # kernel | public | autograd | peer
     launches: int = 1
     elementwise_bytes: float = 0.0  # elementwise studies: bytes of all kernels
+    exchange_l2_bytes: float = 0.0  # a vocab-parallel rank's exchange traffic through its own L2 (``with_exchange``)
 
 
 @dataclass(frozen=True)
@@ -196,26 +212,42 @@ def _soft_max(values, p: float) -> float:
     return top * sum((v / top) ** p for v in values) ** (1.0 / p)
 
 
-def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
-    """How long one step of a program lasts: the DRAM round trip of its loads, then its arithmetic.
+def closed_queue_cycle(programs: int, think: float, service: float) -> float:
+    """How long each of ``programs`` programs takes to go once round a closed loop of a delay (``think``: time it
+    spends on its own, nobody waiting for it) and one shared server (``service``: its turn there), by exact
+    mean-value analysis (Reiser and Lavenberg): with one program, ``think + service``; with many, it tends to
+    ``programs x service`` (the server never idles); in between, the waits of a queue."""
+    queue = residence = 0.0
+    for n in range(1, max(1, int(programs)) + 1):
+        residence = service * (1.0 + queue)
+        queue = n * residence / (think + residence)
+    return think + residence
 
-    Between one step's loads and the next, the SM's four schedulers (128 lanes a cycle) issue every resident
-    program's tiles of arithmetic (``tiles_per_step`` of them each): the resident programs share them, so a step
-    lasts at least that long beside the program's own dependent chain. Few wide tiles that keep enough bytes in
-    flight still wait for it. With ``loads_ahead`` steps of loads issued before the arithmetic, the round trip is
-    hidden behind that many steps of it: the step lasts the longer of the two."""
+
+def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
+    """How long one step of a program lasts on an SM shared with ``resident`` programs.
+
+    Each program goes round a loop: it issues its tile's loads and waits their DRAM round trip, then works through
+    its ``tiles_per_step`` tiles of arithmetic. The arithmetic needs the SM's four schedulers (128 lanes a cycle:
+    ``tile x I / 128`` cycles of them a program), which every resident program shares; its warps' own instruction
+    streams (one issue a cycle at best: ``warp_cycles_per_instruction``) may last longer than that turn, and its
+    block reductions (shuffles and barriers) follow it: that is time on its own. While one program waits on its
+    round trip the others' arithmetic issues, so the step is a closed queue (``closed_queue_cycle``): the round trip
+    plus the program's time on its own is the delay, the schedulers the server.
+    One program alone takes the round trip plus its arithmetic; many take their issue one after another, never the
+    sum of both. With ``loads_ahead`` steps of loads issued before the arithmetic, only the part of the round trip
+    that ``loads_ahead`` steps of arithmetic do not cover is waited for."""
     hz = gpu.clock_ghz * 1e9
     tile = kp.tile * max(1, kp.tiles_per_step)
     per_thread = tile / (32 * kp.num_warps)
     instr = k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
-    chain_cycles = (per_thread * k.chain_cycles_per_element
-                    + k.reduce_cycles_per_level * math.log2(32 * kp.num_warps))
-    shared_cycles = max(1, kp.resident) * tile * instr / 128
-    chain_s = max(chain_cycles, shared_cycles) / hz
+    stream = per_thread * instr * k.warp_cycles_per_instruction / hz  # a warp's own instructions, one after another
+    reduce = k.reduce_cycles_per_level * math.log2(32 * kp.num_warps) / hz  # shuffles and barriers after them
+    issue = tile * instr / 128 / hz  # one program's turn at the SM's schedulers
+    own = max(stream, issue) + reduce  # its arithmetic alone on the SM
     latency_s = k.dram_latency_ns * 1e-9
-    if kp.loads_ahead > 0:
-        return max(latency_s / kp.loads_ahead, chain_s)
-    return latency_s + chain_s
+    wait = max(0.0, latency_s / kp.loads_ahead - own) if kp.loads_ahead > 0 else latency_s
+    return closed_queue_cycle(max(1, kp.resident), wait + own - issue, issue)
 
 
 def in_flight(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> dict:
@@ -269,7 +301,9 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
             spill_s = traffic / (gpu.stream_gbps * 1e9)
         elif per_sm > L1_BYTES and c.l2_gbps:
             spill_s = traffic / (c.l2_gbps * 1e9)
-    total = _soft_max([mem_full + mem_part, issue_s, exps], k.combine_p) + spill_s
+    # the SM's issue is in the step (step_seconds: the schedulers are the shared server of each step), so it is
+    # not added again here; issue_s stays in the breakdown as the time the instructions alone take
+    total = _soft_max([mem_full + mem_part, exps], k.combine_p) + spill_s
     return {"dram": dram_s, "latency": lat_full, "waves": mem_part - dram_part if part else 0.0, "l2": l2_s,
             "issue": issue_s, "mufu": exps, "spills": spill_s, "total": total}
 
@@ -295,6 +329,8 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
     host_s = {"kernel": 0.0, "public": k.host_public_us, "autograd": k.host_autograd_us,
               "peer": k.host_peer_us}[config.host] * 1e-6
     terms["host"] = host_s
+    if config.exchange_l2_bytes and gpu.ceilings.l2_gbps:  # shown apart; its time is inside the l2 term already
+        terms["exchange"] = config.exchange_l2_bytes / (gpu.ceilings.l2_gbps * 1e9)
     total = max(kernel_s, host_s)
     if host_s >= kernel_s:
         bound = "host"
@@ -504,6 +540,51 @@ def config_from_row(row: dict, gpu: Gpu, plan_rows: dict | None = None) -> Launc
     return LaunchConfig(**base, passes=tuple(passes), host=host, launches=len(launches) + (host == "autograd"))
 
 
+def exchange_bytes(*, loss: str, target_format: str, tokens: int, vocab: int, tp: int,
+                   num_chunks: int | None = None) -> dict:
+    """What one rank of the symmetric vocab-parallel design (``kernels.vocab_parallel_exchange``) moves for the
+    exchange in one call, as the product counts it (``kernels.vocab_parallel.bytes_per_rank``): each chunk's summary
+    of each row (3 words for cross-entropy from labels, 5 for the distribution losses, 8 bytes each) stored into
+    every peer's buffer over NVLink (``sent``; as many ``received`` from the peers) and the row's tp x chunks
+    summaries polled from the rank's own L2 before it finishes the row (``polled``). No collective, and no round trip
+    on the critical path: a row's summaries are read LAG_STEPS steps after they were written. Zero for tp = 1."""
+    if tp < 1:
+        raise ValueError(f"tp must be at least 1, got {tp}")
+    if tp == 1:
+        return {"sent": 0, "received": 0, "polled": 0}
+    from kernels.vocab_parallel import bytes_per_rank
+
+    counts = bytes_per_rank("symmetric", loss=loss, target_format=target_format, n_rows=int(tokens),
+                            vocab=int(vocab), world_size=int(tp), num_chunks=num_chunks)
+    return {key: counts[key] for key in ("sent", "received", "polled")}
+
+
+def with_exchange(config: LaunchConfig, *, tp: int, num_chunks: int | None = None) -> LaunchConfig:
+    """``config`` (one rank's kernel on its slice of every row: ``config.vocab`` is the slice's columns) with the
+    exchange of the symmetric design added: the summaries the peers store into the rank's buffer and the polls of
+    that buffer are L2 traffic of the rank's kernel, costed at the GPU's measured L2 read bandwidth in the kernel's
+    L2 term (``exchange_bytes``). The NVLink stores themselves (``sent``, 24-40 bytes a row and chunk) are not
+    costed: no NVLink rate was measured."""
+    moved = exchange_bytes(loss=config.loss, target_format=config.target_format, tokens=config.tokens,
+                           vocab=config.vocab * tp, tp=tp, num_chunks=num_chunks)
+    extra = float(moved["received"] + moved["polled"])
+    if not extra or not config.passes:
+        return config
+    return _exchange_in_l2(config, extra)
+
+
+def without_exchange(config: LaunchConfig) -> LaunchConfig:
+    """``config`` as it was before :func:`with_exchange`: one rank's kernel alone on its slice."""
+    return _exchange_in_l2(config, -config.exchange_l2_bytes) if config.exchange_l2_bytes else config
+
+
+def _exchange_in_l2(config: LaunchConfig, extra: float) -> LaunchConfig:
+    main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+    passes = list(config.passes)
+    passes[main] = replace(passes[main], l2_bytes=passes[main].l2_bytes + extra)
+    return replace(config, passes=tuple(passes), exchange_l2_bytes=config.exchange_l2_bytes + extra)
+
+
 def _read_rows(folder: Path, study: str) -> pd.DataFrame:
     path = folder / f"{study}.csv"
     if not path.is_file():
@@ -658,8 +739,9 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
-           "check", "config_from_row", "gpu_from_folder", "half_of", "load_configurations", "plain_roofline_ms",
-           "fit_half", "predict", "summarize", "sweep_spearman"]
+           "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
+           "plain_roofline_ms", "fit_half", "predict", "summarize", "sweep_spearman", "with_exchange",
+           "without_exchange"]
 
 
 def _errors(configs, measured, gpu, constants) -> np.ndarray:
