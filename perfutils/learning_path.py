@@ -21,9 +21,11 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import inspect
 import json
 import math
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +36,10 @@ from .model.roofline import loss_cost
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
-           "step_functions", "step_diff", "speedups", "step_evidence", "log_excerpt", "knob_options", "knob_prediction",
-           "knob_compiled", "knob_measured", "compiled_differently", "knob_text", "sass_excerpt", "live_case",
-           "measure_path", "with_live",
-           "constexpr_defaults", "fold_constexprs", "without_docstring", "folded_switches", "exercise_variant", "exercise_check",
-           "exercise_model", "exercise_answer"]
+           "step_functions", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt", "knob_options",
+           "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "knob_text", "sass_excerpt",
+           "live_case", "measure_path", "with_live", "constexpr_defaults", "fold_constexprs", "without_docstring",
+           "folded_switches", "exercise_variant", "exercise_check", "exercise_model", "exercise_answer"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class PathStep:
     logs: tuple = ()  # (LogExcerpt, ...)
     diff_from: tuple | None = None  # ("kernels.split_row", "split_row_cooperative_kernel")
     fold: tuple = ()  # constexpr switches of later work, fixed at their defaults before diffing (fold_constexprs)
+    read_first: tuple = ()  # text of the lines that carry the step's idea, in the order to read them (key_lines)
 
     @property
     def measured(self) -> bool:
@@ -131,6 +133,7 @@ STEPS: tuple[PathStep, ...] = (
     PathStep("497", "The #497 kernel", "Why is the #497 kernel slow when its occupancy is full?",
              ((ABLATION, "ablation_reverse_kl_kernel"), (ABLATION, "split_tile_update")),
              after=_ablation("case497.step0"), before=None,
+             read_first=("if SHAPE_CONSTEXPR:", "unrolled_row(logits_ptr", "looped_row(logits_ptr"),
              evidence="case_497_spill_sass_2026-11-23.txt",
              records=(_sass("fast_llm_27f4747e"), _sass("case497.step0"),
                       _ncu_497("triton_reverse_kl_forward_backward_kernel_from_distribution")),
@@ -153,6 +156,10 @@ STEPS: tuple[PathStep, ...] = (
              after=Pick("case_497", RKL + (("vocab", 32768), ("variant", "fused"), ("block_size", 16384))),
              before=_ablation("fused"),
              records=(_compiled(32768, 16), _compiled(16384, 16), _ncu_497("fused_loss_kernel")),
+             read_first=("if SINGLE_TILE:", "x2, t2 = load_tiles(x_body",
+                         "m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2", "grad = tile_gradient(e_x, q_factor",
+                         "m_x, s_x, m_t, s_t, acc = row_statistics(x_body", "for step in range(0, last, BLOCK_SIZE):",
+                         "grad = scaled_gradient(widen(x), widen(t)"),
              note="before: kernels.fused with the #497 tile (32K, 16 warps); after: its tile capped at 16K "
                   "(Option A), the row read twice, the second time from L2"),
     PathStep("two_pass", "Two passes", "When the row is four tiles, does writing the statistics to memory beat "
@@ -160,6 +167,8 @@ STEPS: tuple[PathStep, ...] = (
              (("kernels.two_pass", "two_pass_stats_kernel"), ("kernels.two_pass", "two_pass_grad_kernel")),
              after=Pick("case_497", RKL + (("vocab", 131072), ("variant", "two_pass"))),
              before=Pick("case_497", RKL + (("vocab", 131072), ("variant", "fused"), ("block_size", 16384))),
+             read_first=("m_x, s_x, m_t, s_t, acc = row_statistics(x_row", "tl.store(row_stats_ptr + row * 4 + 0",
+                         "e_x = tl.exp2(x2 - lse2_x)", "grad = tile_gradient(e_x, 1.0, e_t, 1.0"),
              records=(_ncu_profile("fused_loss_kernel"), _ncu_profile("two_pass_stats_kernel"),
                       _ncu_profile("two_pass_grad_kernel")),
              note="the profiler rows are labels cross-entropy at 4096 x 32768, the only shape Nsight Compute recorded "
@@ -170,6 +179,9 @@ STEPS: tuple[PathStep, ...] = (
              after=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              before=Pick("case_497", RKL + (("vocab", 131072), ("variant", "two_pass"))),
              records=(_ncu_profile("two_pass_grad_kernel"), _ncu_profile("split_row_cooperative_kernel")),
+             read_first=("m_x, s_x, m_t, s_t, acc, e_x, e_t = tile_statistics(x2, t2", "arrived = tl.atomic_add(",
+                         "while arrived < NUM_CHUNKS:", "all_m_x, all_s_x, all_m_t, all_s_t, all_acc = load_partials(",
+                         "grad = tile_gradient(e_x, q_factor"),
              note="the profiler rows are labels cross-entropy at 4096 x 32768 (the wait schedule was not profiled at "
                   "the timed shape)"),
     PathStep("lagged", "The lagged exchange", "What if no program waits for its row's slowest chunk?",
@@ -178,6 +190,10 @@ STEPS: tuple[PathStep, ...] = (
              before=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              diff_from=("kernels.split_row", "split_row_cooperative_kernel"),
              fold=("PEEL", "VEC", "PREFETCH", "READ_AHEAD", "FAST_MATH"),
+             read_first=("behind = LAG_STEPS * n_slots", "old = tl.maximum(row - behind, 0)",
+                         "x_cur, t_cur = load_chunk(logits_ptr, target_ptr, cur,", "x_old, t_old = load_raw_tiles(",
+                         "all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries",
+                         "grad = scaled_gradient(widen(x_old)", "summarise_chunk(x_cur, t_cur"),
              logs=(LogExcerpt("ncu_split_row_2026-11-22.txt", "=== reverse_kl logits 131072",
                               ("_kernel (", "DRAM Throughput", "Duration", "Achieved Occupancy"), 4),
                    LogExcerpt("ncu_lagged_stalls_2026-11-26.txt", "# Reading:", ("# ",), 11))),
@@ -191,10 +207,15 @@ STEPS: tuple[PathStep, ...] = (
              (("kernels.resident_row", "resident_row_kernel"), ("kernels.resident_row", "pair_gradient")),
              after=Pick("vocab_sweep", CE + (("vocab", 32768), ("variant", "plan"))),
              before=Pick("case_497", CE + (("vocab", 32768), ("variant", "fused"), ("block_size", 16384))),
+             read_first=("words = tl.load(x_words + lanes", "m_x = words_max(words, WORDS)",
+                         "s_x = tl.sum(pair_exponential_sum(words, shift)", "tl.store(g_words + lanes, pair_gradient("),
              logs=(LogExcerpt("explore_resident_2026-11-26.txt", "## run C", ("4096x32000",), 6),)),
     PathStep("tp", "The vocabulary split over GPUs", "Can two GPUs each read half the vocabulary once and "
              "exchange only the rows' summaries?",
              (("kernels.vocab_parallel_exchange", "exchange_kernel"),),
+             read_first=("for row in range(slot.to(tl.int64), n_rows + behind, n_slots):",
+                         "m_x, s_x, m_t, s_t, acc, x_label, timed_out = wait_for_lanes(",
+                         "grad = gradient_from_summary(base2(x_old)", "publish(peers_ptr"),
              after=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp2-symmetric")),
                         plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan"))), slice_of=2),
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
@@ -406,6 +427,27 @@ def step_diff(step: PathStep, context: int = 1) -> str | None:
     old, new = without_docstring(old), without_docstring(new)  # rewritten prose would hide the code's change
     return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{module}.{name}",
                                           f"{step.functions[0][0]}.{step.functions[0][1]}", lineterm="", n=context))
+
+
+def key_lines(step: PathStep) -> str:
+    """The lines ``step.read_first`` names, from today's source files of the step's functions (a statement that runs
+    over several lines whole), each headed by its file and line number: what to read before the whole function or
+    diff. A ValueError when a line is no longer there (the kernel changed: the step must be read again)."""
+    shown = []
+    for text in step.read_first:
+        for (module, name), fn in zip(step.functions, step_functions(step)):
+            lines, first = inspect.getsourcelines(getattr(fn, "fn", fn))
+            hit = next((i for i, line in enumerate(lines) if text in line), None)
+            if hit is not None:
+                break
+        else:
+            raise ValueError(f"step {step.key!r}: no line of {[f for _, f in step.functions]} holds {text!r}")
+        end = hit
+        while sum(lines[j].count("(") - lines[j].count(")") for j in range(hit, end + 1)) > 0:
+            end += 1  # the rest of a call that runs over several lines
+        shown.append(f"# {module.replace('.', '/')}.py:{first + hit} ({name})\n"
+                     + textwrap.dedent("".join(lines[hit:end + 1])))
+    return "\n".join(shown)
 
 
 def without_docstring(source: str) -> str:

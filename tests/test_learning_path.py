@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -343,3 +344,20 @@ def test_the_tp_step_predicts_the_ranks_kernel_with_its_exchange():
     assert after["block_size"] == 4096 and after["resident"] == 9  # the recorded config: 1188 programs on 132 SMs
     assert math.isnan(before["exchange_ms"])
     assert "exchange" in lp.step_summary(frame, "tp")[1]
+
+
+def test_every_steps_key_lines_are_in_todays_source():
+    """The lines a step names to read first exist in its functions' files today (a renamed or rewritten line fails
+    here, so the page never points at code that is gone); each comes with its file and line number."""
+    from dataclasses import replace
+
+    for step in lp.STEPS:
+        if not step.read_first:
+            continue
+        shown = lp.key_lines(step)
+        assert shown.count("\n# ") + 1 == len(step.read_first)
+        assert all(text in shown for text in step.read_first)
+        assert re.search(r"^# [\w/]+\.py:\d+ \(\w+\)$", shown.splitlines()[0])
+    lagged = next(step for step in lp.STEPS if step.key == "lagged")
+    with pytest.raises(ValueError, match="no line"):
+        lp.key_lines(replace(lagged, read_first=("a line no kernel holds",)))
