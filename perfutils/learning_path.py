@@ -37,9 +37,10 @@ from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt", "knob_options",
-           "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "knob_text", "sass_excerpt",
-           "live_case", "measure_path", "with_live", "constexpr_defaults", "fold_constexprs", "without_docstring",
-           "folded_switches", "exercise_variant", "exercise_check", "exercise_model", "exercise_answer"]
+           "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "fused_today", "knob_text",
+           "sass_excerpt", "live_case", "measure_path", "with_live", "constexpr_defaults", "fold_constexprs",
+           "without_docstring", "folded_switches", "exercise_variant", "exercise_check", "exercise_model",
+           "exercise_answer"]
 
 
 @dataclass(frozen=True)
@@ -605,15 +606,12 @@ def knob_prediction(data_dir, block_size: int, num_warps: int, *, loss: str = "c
 _compiled_counts: dict = {}  # (loss, target_format, vocab, tile, warps) -> counts: a compile takes seconds
 
 
-def knob_compiled(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
-                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
-                  gpu: model.Gpu | None = None) -> dict:
-    """Today's ``kernels.fused`` at one recorded (tile, warps), compiled offline for sm_90 on this machine (no GPU:
-    :func:`perfutils.model.offline_counts.offline_counts`, kept for the process), and the model's prediction from
-    those counts instead of the recorded ones (``RuntimeError`` if the compile fails)."""
+def fused_today(loss: str, target_format: str, vocab: int, block_size: int, num_warps: int) -> dict:
+    """The compile counts (``COUNT_COLUMNS``) of today's ``kernels.fused`` at one configuration, compiled offline for
+    sm_90 (:func:`perfutils.model.offline_counts.offline_counts`, kept for the process; ``RuntimeError`` if the
+    compile fails)."""
     from .model.offline_counts import offline_counts
 
-    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
     key = (loss, target_format, int(vocab), int(block_size), int(num_warps))
     if key not in _compiled_counts:
         frame, _ = offline_counts([(loss, target_format, "fused", block_size, num_warps)], vocab=vocab, log=None)
@@ -621,8 +619,18 @@ def knob_compiled(data_dir, block_size: int, num_warps: int, *, loss: str = "cro
         if compiled["status"] != "ok":
             raise RuntimeError(f"offline compile of fused {block_size} x {num_warps} failed: {compiled['error']}")
         _compiled_counts[key] = {c: int(compiled[c]) for c in COUNT_COLUMNS}
+    return _compiled_counts[key]
+
+
+def knob_compiled(data_dir, block_size: int, num_warps: int, *, loss: str = "cross_entropy",
+                  target_format: str = "labels", vocab: int = 131072, tokens: int = 4096,
+                  gpu: model.Gpu | None = None) -> dict:
+    """Today's ``kernels.fused`` at one recorded (tile, warps), compiled offline for sm_90 on this machine (no GPU:
+    :func:`perfutils.model.offline_counts.offline_counts`, kept for the process), and the model's prediction from
+    those counts instead of the recorded ones (``RuntimeError`` if the compile fails)."""
+    row = _knob_row(data_dir, block_size, num_warps, loss, target_format, vocab, tokens)
     gpu = gpu or model.gpu_from_folder(data_dir)
-    model_row = _with_counts(row, _compiled_counts[key])
+    model_row = _with_counts(row, fused_today(loss, target_format, vocab, block_size, num_warps))
     return {"source": "today's kernels.fused compiled offline for sm_90",
             **_knob_model(model_row, loss, target_format, tokens, vocab, gpu)}
 
@@ -763,22 +771,26 @@ def one_process_rows(data_dir, steps=STEPS) -> pd.DataFrame:
     return _match_live(pd.read_csv(path), _live_wanted(steps)[1])
 
 
-def compiled_differently(data_dir) -> list[str]:
-    """The one-process rows (``learning_path.csv``) whose kernel compiled otherwise than today's does offline
-    (``registers_offline.csv``: today's kernels, same loss, variant, vocab, tile and warps): registers or stack then
-    and now, one phrase each. Such a row timed a kernel that no longer exists, e.g. reverse KL's fused 32K tile at
-    64 registers while a bad-row NaN cost it half its registers (fixed since)."""
-    live_path, offline_path = Path(data_dir) / f"{LIVE_STUDY}.csv", Path(data_dir) / "registers_offline.csv"
-    if not live_path.exists() or not offline_path.exists():
+def compiled_differently(data_dir, compile_counts=None) -> list[str]:
+    """The one-process rows (``learning_path.csv``) of ``kernels.fused`` whose kernel compiles otherwise today:
+    registers or stack then (recorded with the row) and now (today's source compiled offline for sm_90 at 16 rows,
+    ``compile_counts(loss, target_format, vocab, block_size, num_warps)`` -> the counts of :func:`fused_today`, its
+    default), one phrase each. Such a row timed a kernel that no longer exists, e.g. reverse KL's fused
+    32K tile at 64 registers while a bad-row NaN cost it half its registers (fixed since)."""
+    path = Path(data_dir) / f"{LIVE_STUDY}.csv"
+    if not path.exists():
         return []
-    keys = ["loss", "target_format", "variant", "vocab", "block_size", "num_warps"]
-    live, offline = pd.read_csv(live_path).dropna(subset=keys), pd.read_csv(offline_path).dropna(subset=keys)
-    both = live.merge(offline[keys + ["n_regs", "spill_bytes"]], on=keys, suffixes=("", "_today"))
-    moved = both[(both["n_regs"] != both["n_regs_today"]) | (both["spill_bytes"] != both["spill_bytes_today"])]
-    return [f"{r.loss} {r.variant} {int(r.vocab)} columns, tile {int(r.block_size)} x {int(r.num_warps)} warps: "
-            f"{int(r.n_regs)} registers and {int(r.spill_bytes)} B of stack when measured ({r.ms_median:.3f} ms), "
-            f"{int(r.n_regs_today)} and {int(r.spill_bytes_today)} B in today's offline compile"
-            for r in moved.itertuples()]
+    compile_counts = compile_counts or fused_today
+    rows = pd.read_csv(path).dropna(subset=["block_size", "num_warps", "n_regs", "spill_bytes"])
+    phrases = []
+    for r in rows[rows["variant"] == "fused"].itertuples():
+        today = compile_counts(r.loss, r.target_format, int(r.vocab), int(r.block_size), int(r.num_warps))
+        n_regs, spill = today["n_regs"], today["spill_bytes"]
+        if (n_regs, spill) != (int(r.n_regs), int(r.spill_bytes)):
+            phrases.append(f"{r.loss} {r.variant} {int(r.vocab)} columns, tile {int(r.block_size)} x {int(r.num_warps)} "
+                           f"warps: {int(r.n_regs)} registers and {int(r.spill_bytes)} B of stack when measured "
+                           f"({r.ms_median:.3f} ms), {n_regs} and {spill} B in today's offline compile")
+    return phrases
 
 
 def with_live(frame: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:

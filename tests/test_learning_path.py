@@ -166,16 +166,24 @@ def test_a_knob_measured_on_another_gpu_is_predicted_with_that_gpus_ceilings():
 
 
 def test_a_one_process_row_of_a_kernel_that_compiles_otherwise_today_is_named(tmp_path):
-    columns = ["loss", "target_format", "variant", "vocab", "block_size", "num_warps", "n_regs", "spill_bytes"]
-    then = pd.DataFrame([("reverse_kl", "logits", "fused", 32768, 32768, 16, 64, 1072),
-                         ("reverse_kl", "logits", "fused", 32768, 16384, 16, 97, 0),
-                         ("reverse_kl", "logits", "fused", 32768, 16384, None, 95, 0)], columns=columns)
-    today = then.iloc[:2].assign(n_regs=[128, 97], spill_bytes=[632, 0])
-    assert lp.compiled_differently(tmp_path) == []  # no files: nothing to say
-    then.assign(ms_median=[2.269, 0.35, 0.346]).to_csv(tmp_path / f"{lp.LIVE_STUDY}.csv", index=False)
-    today.to_csv(tmp_path / "registers_offline.csv", index=False)
-    moved = lp.compiled_differently(tmp_path)
+    columns = ["loss", "target_format", "variant", "vocab", "block_size", "num_warps", "n_regs", "spill_bytes",
+               "ms_median"]
+    then = pd.DataFrame([("reverse_kl", "logits", "fused", 32768, 32768, 16, 64, 1072, 2.269),
+                         ("reverse_kl", "logits", "fused", 32768, 16384, 16, 97, 0, 0.35),
+                         ("reverse_kl", "logits", "fused", 32768, 16384, None, 95, 0, 0.346),
+                         ("reverse_kl", "logits", "two_pass", 131072, 4096, 4, 127, 0, 1.8)], columns=columns)
+    today = {32768: {"n_regs": 128, "spill_bytes": 632}, 16384: {"n_regs": 97, "spill_bytes": 0}}
+    asked = []
+
+    def compile_counts(loss, target_format, vocab, block_size, num_warps):
+        asked.append((loss, block_size, num_warps))
+        return today[block_size]
+
+    assert lp.compiled_differently(tmp_path, compile_counts) == []  # no file: nothing to say
+    then.to_csv(tmp_path / f"{lp.LIVE_STUDY}.csv", index=False)
+    moved = lp.compiled_differently(tmp_path, compile_counts)
     assert len(moved) == 1 and "64 registers and 1072 B" in moved[0] and "128 and 632 B" in moved[0]
+    assert asked == [("reverse_kl", 32768, 16), ("reverse_kl", 16384, 16)]  # fused rows with a tile and warps only
 
 
 def test_live_cases_cover_the_one_gpu_rows_only():
