@@ -134,7 +134,6 @@ STEPS: tuple[PathStep, ...] = (
     PathStep("497", "The #497 kernel", "Why is the #497 kernel slow when its occupancy is full?",
              ((ABLATION, "ablation_reverse_kl_kernel"), (ABLATION, "split_tile_update")),
              after=_ablation("case497.step0"), before=None,
-             read_first=("if SHAPE_CONSTEXPR:", "unrolled_row(logits_ptr", "looped_row(logits_ptr"),
              evidence="case_497_spill_sass_2026-11-23.txt",
              records=(_sass("fast_llm_27f4747e"), _sass("case497.step0"),
                       _ncu_497("triton_reverse_kl_forward_backward_kernel_from_distribution")),
