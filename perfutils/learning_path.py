@@ -258,7 +258,9 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
     """The model's configuration and prediction for a recorded row (its non-time columns only); with ``pick.plan``,
     the plan row of another study supplies the kernel, on ``vocab / pick.slice_of`` columns."""
     source = dict(row)
-    ran = _rank_kernel(row, gpu) if pick is not None and pick.slice_of > 1 else None
+    sliced = pick is not None and pick.slice_of > 1
+    recorded = _json_config(row) if sliced else None  # a vocab-parallel row's kernel, as its ranks ran it
+    ran = _rank_kernel(row, recorded, gpu) if recorded else None
     if ran is not None:  # the kernel each rank ran, as the row recorded it, on its slice
         source = {**row, **ran}
     elif pick is not None and pick.plan is not None:
@@ -268,8 +270,8 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
         source = {**plan, "study": row.get("study"), "config_key": row.get("config_key"),
                   "vocab": int(plan["vocab"]) // pick.slice_of}
     config = model.config_from_row(source, gpu)
-    if config is not None and pick is not None and pick.slice_of > 1:
-        chunks = (_json_config(row) or {}).get("num_chunks")
+    if config is not None and sliced:
+        chunks = (recorded or {}).get("num_chunks")
         config = model.with_exchange(config, tp=pick.slice_of, num_chunks=int(chunks) if chunks else None)
     return None if config is None else (config, model.predict(config, gpu))
 
@@ -282,12 +284,11 @@ def _json_config(row: dict) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _rank_kernel(row: dict, gpu: model.Gpu) -> dict | None:
-    """The columns that describe the kernel one rank of a vocab-parallel row ran (its ``config``: the lagged
+def _rank_kernel(row: dict, config: dict, gpu: model.Gpu) -> dict | None:
+    """The columns that describe the kernel one rank of a vocab-parallel row ran (its recorded ``config``: the lagged
     exchange kernel's tile, warps, chunks and persistent grid, the programs the GPU held), on its slice of the
     vocabulary; None where the row did not record them."""
-    config = _json_config(row)
-    if not config or not all(config.get(k) for k in ("block_size", "num_warps", "num_chunks", "programs")):
+    if not all(config.get(k) for k in ("block_size", "num_warps", "num_chunks", "programs")):
         return None
     tp = int(row.get("tp") or 1)
     resident = math.ceil(int(config.get("resident_programs") or config["programs"]) / gpu.sm_count)
@@ -385,7 +386,7 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
         text += (f". Against the step before ({b['recorded_ms']:.3f} ms recorded, {b['predicted_ms']:.3f} ms "
                  f"predicted, bound `{b['bound']}`): **{b['recorded_ms'] / after['recorded_ms']:.2f}x recorded**, "
                  f"{b['predicted_ms'] / after['predicted_ms']:.2f}x predicted")
-    if after.get("exchange_ms", math.nan) == after.get("exchange_ms", math.nan):  # a vocab-parallel step
+    if pd.notna(after.get("exchange_ms")):  # a vocab-parallel step
         text += (f". The exchange's L2 traffic alone would take {after['exchange_ms'] * 1e3:.1f} us; with it the "
                  f"prediction is {after['predicted_ms']:.4f} ms, without it {after['predicted_without_exchange_ms']:.4f} ms")
     return shown, text + "."
@@ -656,7 +657,7 @@ def knob_measured(data_dir, block_size: int, num_warps: int, *, out, loss: str =
     launched = all(row.get(c) == row.get(c) and row.get(c) is not None for c in COUNT_COLUMNS)
     counts = row if launched else recorded  # no GPU launch (a dry run): the recorded counts
     source = "measured now on this GPU" if launched else "measured now (counts of the recorded compile)"
-    if gpu is None:  # a dry run has no GPU of its own: the recorded one's
+    if gpu is None:  # the measuring GPU's own ceilings where recorded (a dry run has no GPU: the folder's)
         gpu, whose = measuring_gpu(data_dir, row.get("gpu_name") if launched else None)
         source += whose
     return {"source": source, **_knob_model(_with_counts(recorded, counts), loss, target_format, tokens, vocab, gpu),
@@ -669,13 +670,12 @@ def measuring_gpu(data_dir, gpu_name) -> tuple[model.Gpu, str]:
     from .data.schema import gpu_slug
 
     folder = Path(data_dir)
-    if isinstance(gpu_name, str) and gpu_name:
-        own = folder.parent / gpu_slug(gpu_name)
-        if own != folder and (own / "ceilings.csv").exists():
-            return model.gpu_from_folder(own), f" ({gpu_name}; predicted from its own ceilings)"
-        if own != folder:
-            return model.gpu_from_folder(folder), f" ({gpu_name}: no ceilings recorded, predicted with {folder.name}'s)"
-    return model.gpu_from_folder(folder), ""
+    own = folder.parent / gpu_slug(gpu_name) if gpu_name else folder
+    if own == folder:
+        return model.gpu_from_folder(folder), ""
+    if (own / "ceilings.csv").exists():
+        return model.gpu_from_folder(own), f" ({gpu_name}; predicted from its own ceilings)"
+    return model.gpu_from_folder(folder), f" ({gpu_name}: no ceilings recorded, predicted with {folder.name}'s)"
 
 
 # ---------------------------------------------------------------------------------------------------------------

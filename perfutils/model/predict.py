@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kernels import split_row
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
@@ -71,7 +72,7 @@ _ELEMENTWISE = {"fusion", "triton_basics"}
 CONFIG_COLUMNS = ("study", "config_key", "loss", "target_format", "variant", "dtype", "tokens", "vocab", "block_size",
                   "num_warps", "bytes_min", "n_regs", "spill_bytes", "shared_bytes", "blocks_per_sm", "passes",
                   "plan_config", "n_kernels", "n_elements", "naive_bytes", "status")
-LAG_STEPS = 2  # kernels.split_row.LAG_STEPS: a row is finished this many steps after it was read
+LAG_STEPS = int(split_row.LAG_STEPS.value)  # the lagged kernel finishes a row this many steps after reading it
 L1_BYTES = 200 * 1024  # what an H100/H200 SM's 256 KB of L1 + shared leaves for local memory beside the tiles
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -666,12 +667,12 @@ def _measured(folder: Path, studies=None) -> dict:
     return out
 
 
-def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None) -> pd.DataFrame:
-    """One row per modellable recorded configuration (of ``studies``, all by default): the measured and predicted
-    times, the bound, the terms."""
+def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None, configs=None) -> pd.DataFrame:
+    """One row per modellable recorded configuration (of ``studies``, all by default; ``configs``: those
+    :func:`load_configurations` already gave, in its order): the measured and predicted times, the bound, the terms."""
     folder = Path(folder)
     gpu = gpu_from_folder(folder)
-    configs = load_configurations(folder, gpu, studies)
+    configs = load_configurations(folder, gpu, studies) if configs is None else configs
     measured = _measured(folder, studies)
     seen: dict = {}
     rows = []

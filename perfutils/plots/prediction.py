@@ -240,7 +240,7 @@ def public_cells(folder, *, study: str = "vocab_sweep", variants=("public",),
     the stream the loads can carry (``latency_pct_of_stream``) and the latency term over the DRAM term."""
     gpu = gpu_from_folder(folder)
     configs = load_configurations(folder, gpu, [study])
-    checked = check(folder, constants, [study])
+    checked = check(folder, constants, [study], configs=configs)
     rows = []
     for config, (_, row) in zip(configs, checked.iterrows()):
         if config.variant not in variants or not config.passes or not row["measured_ms"] > 0:
@@ -329,9 +329,10 @@ def binds_reading(summary: pd.DataFrame, family: str = "distribution") -> str:
     part = summary[summary["family"] == family]
     if part.empty:
         return f"No {family} cell was recorded."
-    parts = [f"{_short(r.GPU)} at {r.tokens} tokens: measured {r._5:.1f}%, predicted {r._6:.1f}% "
-             f"(bound: {r.bound}; {r._10:.1f} of {r._11:.1f} KiB needed in flight per SM on average, "
-             f"{r._9:.0f} KiB requested a step)" for r in part.itertuples()]
+    parts = [f"{_short(r['GPU'])} at {r['tokens']} tokens: measured {r['measured % of copy']:.1f}%, predicted "
+             f"{r['predicted % of copy']:.1f}% (bound: {r['bound']}; {r['KiB in flight / SM']:.1f} of "
+             f"{r['KiB needed / SM']:.1f} KiB needed in flight per SM on average, {r['KiB requested / SM']:.0f} KiB "
+             "requested a step)" for _, r in part.iterrows()]
     short = part[part["KiB in flight / SM"] < part["KiB needed / SM"]]
     return (f"The {family} losses' public cells (median over each group's cells, % of copy bandwidth): "
             + "; ".join(parts) + ". "
