@@ -20,11 +20,13 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-loads PART PARTS, time-loads   # hints off, unmasked loads (run V: a patch)
   python scripts/explore_lagged.py compile-fast PART PARTS, time-fast   # fast math or not (run W)
   python scripts/explore_lagged.py compile-h200 PART PARTS, time-h200   # an H200's choice of configuration (run X)
+  python scripts/explore_lagged.py compile-kept PART PARTS, time-kept   # exponentials kept in registers (run Y)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
   python scripts/explore_lagged.py probe-stalls         # run R: issue slots, pipes and stall reasons (under ncu)
   python scripts/explore_lagged.py table -fast LOG /fa   # a timing log per cell and configuration (best of each side)
+  python scripts/explore_lagged.py model LOG DATA_DIR   # each timed plan of a log beside the performance model's prediction
 
 The cells are issue 14's slow ones (bf16; each run's own losses, vocabularies and token counts below). Each plan is
 checked against float64 (the loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median,
@@ -39,6 +41,8 @@ planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunk
 ``explore_fold_2026-11-26.txt`` (run S: two trees, the new one with ``archive/patches/run_S_summary_groups.patch``) and
 ``explore_poll_2026-11-26.txt`` (runs T and U: ``archive/patches/run_T_poll_ahead.patch``, ``archive/patches/run_U_gpu_scope_poll.patch``),
 ``explore_loads_2026-11-26.txt`` (run V: ``archive/patches/run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
+On an H200: ``data/h200/logs/explore_h200_2026-11-28.txt`` (run X) and ``explore_kept_2026-11-28.txt`` (run Y: needs
+``data/h200/archive/patches/run_Y_kept.patch``, split_row's schedule "kept" and plan_split_row's ``keep_steps``).
 """
 import itertools
 import json
@@ -52,6 +56,7 @@ import triton.language as tl
 
 import kernels
 from kernels import reference, split_row
+from perfutils.data.records import exploration_records
 
 LAG = int(os.environ.get("LAG", "2"))
 split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first compiled in this process
@@ -94,6 +99,21 @@ READ_AHEAD_CONFIGS = [(2048, 4, {}), (4096, 4, {}), (8192, 4, {}),
 H200_CELLS = [(loss, "logits", vocab) for loss in ("forward_kl", "reverse_kl") for vocab in (32000, 50257, 131072)]
 H200_EXTRA = [(4096, 4, {"maxnreg": 128}), (8192, 4, {"maxnreg": 168}), (8192, 4, {"maxnreg": 128}),
               (4096, 8, {"maxnreg": 96}), (2048, 4, {"read_ahead": 1}), (4096, 4, {"read_ahead": 1})]
+# Run Y (2026-11-28, an H200; needs data/h200/archive/patches/run_Y_kept.patch): the "kept" schedule
+# (split_row_kept_kernel: each chunk's exponentials kept in registers for one step, so a step computes one tile, not
+# two) beside the lagged kernel at the search's lagged chunks; all four losses at three widths.
+KEPT_CELLS = [(loss, fmt, vocab) for loss, fmt in [("forward_kl", "logits"), ("reverse_kl", "logits"),
+                                                   ("cross_entropy", "logits"), ("cross_entropy", "labels")]
+              for vocab in (32000, 50257, 131072)]
+KEPT_CONFIGS = ([(2048, 4, {}), (4096, 4, {}), (8192, 4, {})]
+                + [(block, warps, {"schedule": "kept", **ahead}) for block, warps in
+                   [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 4)] for ahead in ({}, {"read_ahead": 1})]
+                + [(block, warps, {"schedule": "kept", "read_ahead": 2}) for block, warps in [(1024, 4), (2048, 4)]])
+# Run Y's last pass: two sets of exponentials kept, a row finished two steps after it was read (the lagged kernel's
+# slack), at the narrow chunks that leave registers for both sets.
+KEPT2_CONFIGS = ([(2048, 4, {}), (4096, 4, {}), (8192, 4, {})]
+                 + [(block, warps, {"schedule": "kept", **steps}) for block, warps in
+                    [(512, 4), (1024, 4), (1024, 8), (2048, 4), (2048, 8)] for steps in ({}, {"keep_steps": 2})])
 # Run F (2026-11-25): one program per row (split=False) at tiles and warps the search does not try, with and without
 # keep_last (the row's last tile kept in registers between the walks), where labels CE misses 85% (32000, 32064,
 # 50257) and beside aligned neighbours.
@@ -277,6 +297,8 @@ def row_configs(vocab):  # a tile wider than the row is the single-tile kernel, 
 RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-read-ahead": ([(*cell, TOKENS) for cell in READ_AHEAD_CELLS], read_ahead_configs),
         "-h200": ([(*cell, TOKENS) for cell in H200_CELLS], h200_configs),
+        "-kept": ([(*cell, TOKENS) for cell in KEPT_CELLS], lambda vocab: KEPT_CONFIGS),
+        "-kept2": ([(*cell, TOKENS) for cell in KEPT_CELLS], lambda vocab: KEPT2_CONFIGS),
         "-rows": ([(*cell, TOKENS) for cell in ROW_CELLS], row_configs),
         "-caps": (CAP_CELLS, lambda vocab: CAP_CONFIGS),
         "-edge": (EDGE_CELLS, lambda vocab: EDGE_CONFIGS),
@@ -398,15 +420,9 @@ def table(run_name: str, log: str, split: str | None = None) -> None:
     Cells are the run's own, in order (each cell's records start with its stream rows: the logs of runs before W name
     no target format); a pass that stopped early (a crash) ends at its last record."""
     import collections
-    import re
 
     cells = RUNS[run_name][0]
-    log, _, section = log.partition("::")  # LOG::HEADER: only the records after that "## ..." header of the log
-    text = open(log).read()
-    if section:  # the header's own line, then up to the next header
-        text = text[text.index(f"\n{section}\n") + 1:]
-        text = text[:text.find("\n## ")] if "\n## " in text else text
-    records = [json.loads(found) for found in re.findall(r'\{"(?:tree|lag)": [^{}]*\}', text)]
+    records = exploration_records(log)
     found = collections.defaultdict(list)  # (cell, cfg, side) -> records
     index, tree = -1, None
     for record in records:
@@ -435,10 +451,26 @@ def table(run_name: str, log: str, split: str | None = None) -> None:
     print(f"{len(errors)} plans checked, max error {max(errors):.1e}; {sum('error' in r for r in records)} failed")
 
 
+def model(log: str, folder: str) -> None:
+    """Each timed plan of a timing log beside what the performance model predicts for it, with the ceilings of
+    ``folder`` (the GPU the log was measured on): perfutils.plots.prediction.built_check; ``LOG::HEADER`` as for
+    :func:`table`."""
+    from perfutils.model.predict import gpu_from_folder
+    from perfutils.plots.prediction import built_check, built_reading
+
+    frame = built_check(exploration_records(log), gpu_from_folder(folder))
+    for r in frame.itertuples():
+        print(f"{r.loss}/{r.target_format} {r.tokens} x {r.vocab} {r.config}: measured {r.measured_pct:.1f}%, "
+              f"predicted {r.predicted_pct:.1f}% ({r.bound}), {r.n_regs} registers")
+    print(built_reading(frame))
+
+
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "table":
         table(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    elif command == "model":
+        model(sys.argv[2], sys.argv[3])
     elif command in PROBES:
         probe(PROBES[command])
     elif command.startswith("compile") and command[len("compile"):] in RUNS:

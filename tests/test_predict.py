@@ -239,6 +239,24 @@ def test_a_lagged_plan_without_its_grid_gets_the_persistent_one():
     assert kp.steps == pytest.approx(4096 / (kp.programs / 32) + LAG_STEPS)
 
 
+def test_a_kept_plan_works_each_chunk_once_and_reads_nothing_again():
+    """Run Y's "kept" schedule (the chunk's exponentials kept for keep_steps steps): one tile of arithmetic a step, no
+    L2 re-read, keep_steps extra steps; the lagged plan of the same launch keeps its two tiles and its re-read."""
+    from perfutils.model.predict import LAG_STEPS, gpu_from_folder, predict_launch
+
+    gpu = gpu_from_folder(DATA)
+    launch = dict(loss="forward_kl", target_format="logits", tokens=4096, vocab=32000, variant="split_row",
+                  block_size=2048, num_warps=4, n_regs=105)
+    plans = {name: {"schedule": name, "programs": 528, "num_chunks": 16, **extra}
+             for name, extra in (("lagged", {}), ("kept", {"keep_steps": 2}))}
+    kept = predict_launch(gpu, **launch, plan=plans["kept"])
+    lagged = predict_launch(gpu, **launch, plan=plans["lagged"])
+    assert kept.breakdown["l2"] == 0 < lagged.breakdown["l2"]
+    assert kept.breakdown["issue"] == pytest.approx(lagged.breakdown["issue"] / 2)
+    assert kept.breakdown["latency"] < lagged.breakdown["latency"]
+    assert LAG_STEPS == 2  # both finish a row two steps after reading it here: the difference is the step's work
+
+
 def test_resident_programs_overlap_their_waits_with_each_others_arithmetic():
     """A step is a closed queue: one program alone takes its round trip plus its arithmetic; many share the SM's
     schedulers, so a step lasts at least their issue one after another and never the round trip plus all of it."""

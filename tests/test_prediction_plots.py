@@ -133,3 +133,36 @@ def test_what_binds_at_the_public_cells_and_what_a_kernel_needs():
     assert text.startswith("H100, 50% of copy:") and "KiB per SM" in text
     fig = pp.plot_binds(cells)
     assert len(fig.axes) == 2 and "%" in fig.axes[0].get_xlabel()
+
+
+def test_a_built_kernel_is_checked_plan_by_plan(tmp_path):
+    """built_check reads an exploration log's records (one pass of several), predicts each plan from its registers,
+    grid and schedule and keeps the streams out; built_summary keeps each cell's and design's fastest configuration;
+    built_reading counts the cells the built design won and the model's median miss per design."""
+    from pathlib import Path
+
+    from perfutils.data.records import DataFileError, exploration_records
+    from perfutils.model.predict import gpu_from_folder
+
+    cell = {"lag": 2, "loss": "forward_kl", "fmt": "logits", "vocab": 32000, "tokens": 4096}
+    plans = [dict(cell, cfg="4096/4", programs=528, chunks=8, schedule="lagged", ms=0.30, pct=60.0, regs=128),
+             dict(cell, cfg="2048/4", programs=1056, chunks=16, schedule="lagged", ms=0.32, pct=56.0, regs=64),
+             dict(cell, cfg="2048/4/sckept/ke2", programs=528, chunks=16, schedule="kept", ms=0.40, pct=45.0, regs=96),
+             dict(cell, cfg="2048/4/sckept", programs=528, chunks=16, schedule="kept", ms=0.36, pct=50.0, regs=105)]
+    stream = dict(cell, cfg="stream4096/4", ms=0.18, pct=100.0)
+    log = tmp_path / "explore.txt"
+    log.write_text("# header\n## pass 1\n" + json.dumps(dict(plans[0], pct=1.0)) + "\n## pass 2\nGPU 0: test\n"
+                   + "\n".join(json.dumps(r) for r in [stream, *plans]) + "\n")
+    records = exploration_records(f"{log}::## pass 2")
+    assert len(records) == 5 and records[1]["pct"] == 60.0
+    with pytest.raises(DataFileError, match="pass 3"):
+        exploration_records(f"{log}::## pass 3")
+    gpu = gpu_from_folder(Path(__file__).resolve().parent.parent / "data" / "h200")
+    built = pp.built_check(records, gpu)
+    assert list(built["design"]) == ["lagged", "lagged", "kept", "kept"]
+    assert (built["predicted_pct"] > 0).all() and set(built["bound"]) <= set(BOUNDS)
+    summary = pp.built_summary(built)
+    assert list(summary["config"]) == ["4096/4", "2048/4/sckept"]
+    reading = pp.built_reading(built)
+    assert reading.startswith("The kept design beat the lagged one at 0 of 1 cells")
+    assert "-10.0 to -10.0 points" in reading and "(2 plans)" in reading

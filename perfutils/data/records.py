@@ -24,6 +24,7 @@ from .schema import (COLUMNS, ID_COLUMNS, NON_EMPTY, SCHEMA_VERSION, STATUSES, D
                      data_path, gpu_slug)
 
 __all__ = [
+    "exploration_records",
     "load_records",
     "load_metadata",
     "load_study",
@@ -208,3 +209,22 @@ def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str)
             "MODE='measure' on a GPU."
         )
     return load_records(path)
+
+
+def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON records of an exploration's timing log (``scripts/explore_lagged.py time-...``, kept under
+    ``data/<gpu>/logs``): one dict per line that opens with ``{"lag":`` or ``{"tree":``. ``LOG::HEADER`` reads only the
+    records under that ``## ...`` header line of a log that holds several passes, up to the next header. The log's own
+    ``#`` header says what was measured, on which GPU, with which code."""
+    import re
+
+    path, _, section = str(log).partition("::")
+    text = Path(path).read_text()
+    if section:
+        marker = f"\n{section}\n"
+        if marker not in text:
+            raise DataFileError(f"{path}: no header line {section!r}")
+        text = text[text.index(marker) + 1:]
+        text = text[:text.find("\n## ")] if "\n## " in text else text
+    return [json.loads(found) for found in re.findall(r'\{"(?:tree|lag)": [^{}]*\}', text)]
+

@@ -343,15 +343,18 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
 
 def predict_launch(gpu: Gpu, *, loss: str, target_format: str, tokens: int, vocab: int, variant: str,
                    block_size: int, num_warps: int, n_regs: int, shared_bytes: int = 0, spill_bytes: int = 0,
-                   dtype: str = "bf16", constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
+                   dtype: str = "bf16", constants: ModelConstants = DEFAULT_CONSTANTS,
+                   plan: dict | None = None) -> Prediction:
     """The prediction for one loss-kernel launch described by hand (notebook 04's explorer, a what-if): ``variant``
     "fused" (one program per row), "split_row" (chunks of ``block_size`` columns) or "two_pass.stats" /
-    "two_pass.grad", with the compile counts given; programs per SM from the exact occupancy of those counts."""
+    "two_pass.grad", with the compile counts given; programs per SM from the exact occupancy of those counts.
+    ``plan``: more of the plan's configuration where it is known (split_row's ``programs``, ``num_chunks``,
+    ``schedule``)."""
     row = dict(study="what-if", config_key="", loss=loss, target_format=target_format, variant=variant,
                dtype=dtype, tokens=int(tokens), vocab=int(vocab))
     launch = {"name": variant, "block_size": block_size, "num_warps": num_warps, "n_regs": n_regs,
               "shared_bytes": shared_bytes, "spill_bytes": spill_bytes, "grid": [int(tokens)]}
-    plan = {"variant": variant.split(".")[0], "block_size": block_size, "num_warps": num_warps}
+    plan = {"variant": variant.split(".")[0], "block_size": block_size, "num_warps": num_warps, **(plan or {})}
     passes = tuple(_loss_passes(row, launch, plan, gpu))
     return predict(LaunchConfig(**row, passes=passes), gpu, constants)
 
@@ -442,11 +445,15 @@ def _loss_passes(row: dict, launch: dict, plan: dict, gpu: Gpu) -> list[KernelPa
             programs = max(1, min(tokens, resident * gpu.sm_count // chunks)) * chunks
         programs = programs or int(np.prod(grid))
         lagged = "cooperative" not in name and plan.get("schedule", "lagged") == "lagged"
+        # the "kept" schedule (explore_lagged.py's run Y, archived): the chunk's exponentials kept in registers for
+        # keep_steps steps instead of read again: one tile a step, no L2 re-read
+        kept = plan.get("schedule") == "kept"
         slots = max(1.0, programs / chunks)
-        steps = tokens / slots + (LAG_STEPS if lagged else 0)
+        steps = tokens / slots + (LAG_STEPS if lagged else int(plan.get("keep_steps", 1)) if kept else 0)
         return [KernelPass(name or "split_row", programs, block, warps, resident,
                            steps=steps, load_bytes_per_step=block * inputs * db,
-                           dram_bytes=elements * inputs * db + out_bytes, l2_bytes=elements * inputs * db,
+                           dram_bytes=elements * inputs * db + out_bytes,
+                           l2_bytes=0.0 if kept else elements * inputs * db,
                            elements=elements * (2 if lagged else 1), inputs=inputs, spill_bytes=spill,
                            tiles_per_step=2 if lagged else 1)]
     if name == "two_pass.stats":

@@ -6,6 +6,8 @@ study, the y = x line and the goal bands), :func:`worst` (the configurations it 
 :func:`by_bound` (the error split by the limit the model says binds) and :func:`goal_table` (the goals, met or not).
 :func:`in_flight_sweep` asks the model what one configuration would run at with other resident programs and tiles
 (bytes in flight), :func:`plot_in_flight` draws it, against :func:`floor_ms`; :func:`sidecar_dates` are the days the studies were recorded.
+:func:`built_check` checks the model after a kernel was built: each plan an exploration timed (its log's records) beside
+the model's prediction; :func:`built_summary` and :func:`built_reading` condense it per cell and design.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, ModelConstants, check, gpu_from_folder,
-                             in_flight, load_configurations, predict, summarize, sweep_spearman)
+                             in_flight, load_configurations, predict, predict_launch, summarize, sweep_spearman)
 from ..model.roofline import loss_cost
 from .figures import check_frame
 
-__all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "by_bound", "floor_ms", "goal_table", "in_flight_sweep",
+__all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "built_check", "built_reading", "built_summary", "by_bound", "floor_ms", "goal_table", "in_flight_sweep",
            "least_in_flight", "needs_reading", "plot_binds", "plot_in_flight", "plot_predicted_vs_measured", "public_cells",
            "sidecar_dates", "worst"]
 
@@ -430,3 +432,56 @@ def needs_reading(least: pd.DataFrame) -> str:
                             f"{r.kb_in_flight_per_sm:.0f} KiB per SM)")
         sentences.append(f"{gpu}, {target:g}% of copy: " + "; ".join(said) + ".")
     return " ".join(sentences)
+
+
+def built_check(records, gpu: Gpu) -> pd.DataFrame:
+    """One row per plan an exploration timed (``perfutils.data.records.exploration_records`` of its log; the streams
+    left out) with the model's prediction for it from its registers, grid and schedule (``predict_launch``): the
+    design ("kept" for split_row's kept schedule, else "lagged"), measured and predicted % of copy (the same bytes
+    over the predicted time) and the bound the model names. A label's ``/ke<n>`` is the kept schedule's keep_steps."""
+    import re
+
+    rows = []
+    for record in records:
+        if "ms" not in record or record["cfg"].startswith("stream"):
+            continue
+        block, warps = (int(value) for value in record["cfg"].split("/")[:2])
+        keep = re.search(r"/ke(\d+)", record["cfg"])
+        plan = {"schedule": record["schedule"], "programs": record["programs"], "num_chunks": record["chunks"],
+                **({"keep_steps": int(keep.group(1))} if keep else {})}
+        predicted = predict_launch(gpu, loss=record["loss"], target_format=record["fmt"], tokens=record["tokens"],
+                                   vocab=record["vocab"], variant="split_row", block_size=block, num_warps=warps,
+                                   n_regs=record["regs"], plan=plan)
+        rows.append({"loss": record["loss"], "target_format": record["fmt"], "tokens": record["tokens"],
+                     "vocab": record["vocab"], "design": "kept" if record["schedule"] == "kept" else "lagged",
+                     "config": record["cfg"], "n_regs": record["regs"], "programs": record["programs"],
+                     "measured_pct": record["pct"], "predicted_pct": record["pct"] * record["ms"] / predicted.ms,
+                     "bound": predicted.bound})
+    return pd.DataFrame(rows)
+
+
+def built_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and design of a :func:`built_check` frame, the configuration measured fastest: its % of copy measured
+    and predicted, its registers and programs."""
+    check_frame(frame, ("loss", "target_format", "tokens", "vocab", "design", "config", "measured_pct", "predicted_pct"),
+                "built")
+    keys = ["loss", "target_format", "tokens", "vocab", "design"]
+    best = frame.loc[frame.groupby(keys, sort=False)["measured_pct"].idxmax()]
+    return best[keys + ["config", "n_regs", "programs", "measured_pct", "predicted_pct", "bound"]].reset_index(drop=True)
+
+
+def built_reading(frame: pd.DataFrame, built: str = "kept", baseline: str = "lagged") -> str:
+    """What a :func:`built_check` frame says: at how many cells the built design's best configuration beat the
+    baseline's, by how much it missed, and how far the model was off for each design (median of predicted - measured
+    over every plan, in points of copy bandwidth)."""
+    summary = built_summary(frame)
+    keys = ["loss", "target_format", "tokens", "vocab"]
+    pair = summary[summary["design"] == built].merge(summary[summary["design"] == baseline], on=keys,
+                                                     suffixes=("_built", "_base"))
+    gap = pair["measured_pct_built"] - pair["measured_pct_base"]
+    miss = (frame["predicted_pct"] - frame["measured_pct"]).groupby(frame["design"])
+    won = int((gap > 0).sum())
+    return (f"The {built} design beat the {baseline} one at {won} of {len(pair)} cells (best configuration of each: "
+            f"{gap.min():+.1f} to {gap.max():+.1f} points of copy bandwidth). The model predicted the {built} plans a "
+            f"median {miss.median()[built]:+.1f} points from what they measured ({int(miss.size()[built])} plans), the "
+            f"{baseline} plans {miss.median()[baseline]:+.1f} ({int(miss.size()[baseline])}).")
