@@ -27,9 +27,9 @@ from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, Model
 from ..model.roofline import loss_cost
 from .figures import check_frame
 
-__all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "built_check", "built_reading", "built_summary", "by_bound", "floor_ms", "goal_table", "in_flight_sweep",
-           "least_in_flight", "needs_reading", "plot_binds", "plot_in_flight", "plot_predicted_vs_measured", "public_cells",
-           "sidecar_dates", "worst"]
+__all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "built_check", "built_reading", "built_summary", "by_bound",
+           "floor_ms", "goal_table", "in_flight_sweep", "least_in_flight", "needs_reading", "plot_binds", "plot_in_flight",
+           "plot_predicted_vs_measured", "public_cells", "sidecar_dates", "worst"]
 
 _NEEDED = ("study", "measured_ms", "predicted_ms", "bound")
 BOUND_COLORS = {"dram": "#1f4e9c", "latency": "#d1495b", "waves": "#f28e2b", "l2": "#7b2d8b", "issue": "#8c564b",
@@ -463,11 +463,12 @@ def built_check(records, gpu: Gpu) -> pd.DataFrame:
 def built_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cell and design of a :func:`built_check` frame, the configuration measured fastest: its % of copy measured
     and predicted, its registers and programs."""
-    check_frame(frame, ("loss", "target_format", "tokens", "vocab", "design", "config", "measured_pct", "predicted_pct"),
-                "built")
+    check_frame(frame, ("loss", "target_format", "tokens", "vocab", "design", "config", "measured_pct",
+                        "predicted_pct"), "built")
     keys = ["loss", "target_format", "tokens", "vocab", "design"]
     best = frame.loc[frame.groupby(keys, sort=False)["measured_pct"].idxmax()]
-    return best[keys + ["config", "n_regs", "programs", "measured_pct", "predicted_pct", "bound"]].reset_index(drop=True)
+    columns = keys + ["config", "n_regs", "programs", "measured_pct", "predicted_pct", "bound"]
+    return best[columns].reset_index(drop=True)
 
 
 def built_reading(frame: pd.DataFrame, built: str = "kept", baseline: str = "lagged") -> str:
