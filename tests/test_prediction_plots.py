@@ -136,9 +136,10 @@ def test_what_binds_at_the_public_cells_and_what_a_kernel_needs():
 
 
 def test_a_built_kernel_is_checked_plan_by_plan(tmp_path):
-    """built_check reads an exploration log's records (one pass of several), predicts each plan from its registers,
-    grid and schedule and keeps the streams out; built_summary keeps each cell's and design's fastest configuration;
-    built_reading counts the cells the built design won and the model's median miss per design."""
+    """built_check reads an exploration log's records (one pass of several), predicts each split plan from its
+    registers, grid and schedule and keeps the streams and one-program-a-row plans out; built_summary keeps each
+    cell's and design's fastest configuration; built_reading counts the cells the built design won and the model's
+    median miss per design."""
     from pathlib import Path
 
     from perfutils.data.records import DataFileError, exploration_records
@@ -150,11 +151,12 @@ def test_a_built_kernel_is_checked_plan_by_plan(tmp_path):
              dict(cell, cfg="2048/4/sckept/ke2", programs=528, chunks=16, schedule="kept", ms=0.40, pct=45.0, regs=96),
              dict(cell, cfg="2048/4/sckept", programs=528, chunks=16, schedule="kept", ms=0.36, pct=50.0, regs=105)]
     stream = dict(cell, cfg="stream4096/4", ms=0.18, pct=100.0)
+    row_plan = dict(cell, cfg="32768/16/spFalse", programs=None, chunks=1, schedule=None, ms=0.3, pct=60.0, regs=128)
     log = tmp_path / "explore.txt"
     log.write_text("# header\n## pass 1\n" + json.dumps(dict(plans[0], pct=1.0)) + "\n## pass 2\nGPU 0: test\n"
-                   + "\n".join(json.dumps(r) for r in [stream, *plans]) + "\n")
+                   + "\n".join(json.dumps(r) for r in [stream, *plans, row_plan]) + "\n")
     records = exploration_records(f"{log}::## pass 2")
-    assert len(records) == 5 and records[1]["pct"] == 60.0
+    assert len(records) == 6 and records[1]["pct"] == 60.0
     with pytest.raises(DataFileError, match="pass 3"):
         exploration_records(f"{log}::## pass 3")
     gpu = gpu_from_folder(Path(__file__).resolve().parent.parent / "data" / "h200")

@@ -435,15 +435,16 @@ def needs_reading(least: pd.DataFrame) -> str:
 
 
 def built_check(records, gpu: Gpu) -> pd.DataFrame:
-    """One row per plan an exploration timed (``perfutils.data.records.exploration_records`` of its log; the streams
-    left out) with the model's prediction for it from its registers, grid and schedule (``predict_launch``): the
-    design ("kept" for split_row's kept schedule, else "lagged"), measured and predicted % of copy (the same bytes
-    over the predicted time) and the bound the model names. A label's ``/ke<n>`` is the kept schedule's keep_steps."""
+    """One row per cooperative split_row plan an exploration timed (``perfutils.data.records.exploration_records`` of
+    its log; streams and plans of one program a row left out) with the model's prediction for it from its registers,
+    grid and schedule (``predict_launch``): the design (the plan's schedule: "lagged", "kept", ...), measured and
+    predicted % of copy (the same bytes over the predicted time) and the bound the model names. A label's
+    ``/ke<n>`` is the kept schedule's keep_steps."""
     import re
 
     rows = []
     for record in records:
-        if "ms" not in record or record["cfg"].startswith("stream"):
+        if "ms" not in record or not record.get("schedule"):  # a stream, a failed plan, one program a row
             continue
         block, warps = (int(value) for value in record["cfg"].split("/")[:2])
         keep = re.search(r"/ke(\d+)", record["cfg"])
@@ -453,7 +454,7 @@ def built_check(records, gpu: Gpu) -> pd.DataFrame:
                                    vocab=record["vocab"], variant="split_row", block_size=block, num_warps=warps,
                                    n_regs=record["regs"], plan=plan)
         rows.append({"loss": record["loss"], "target_format": record["fmt"], "tokens": record["tokens"],
-                     "vocab": record["vocab"], "design": "kept" if record["schedule"] == "kept" else "lagged",
+                     "vocab": record["vocab"], "design": record["schedule"],
                      "config": record["cfg"], "n_regs": record["regs"], "programs": record["programs"],
                      "measured_pct": record["pct"], "predicted_pct": record["pct"] * record["ms"] / predicted.ms,
                      "bound": predicted.bound})
