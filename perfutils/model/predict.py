@@ -448,8 +448,9 @@ def _loss_passes(row: dict, launch: dict, plan: dict, gpu: Gpu) -> list[KernelPa
         # the "kept" schedule (explore_lagged.py's run Y, archived): the chunk's exponentials kept in registers for
         # keep_steps steps instead of read again: one tile a step, no L2 re-read
         kept = plan.get("schedule") == "kept"
+        behind = LAG_STEPS if lagged else int(plan.get("keep_steps", 1)) if kept else 0  # steps from read to finish
         slots = max(1.0, programs / chunks)
-        steps = tokens / slots + (LAG_STEPS if lagged else int(plan.get("keep_steps", 1)) if kept else 0)
+        steps = tokens / slots + behind
         return [KernelPass(name or "split_row", programs, block, warps, resident,
                            steps=steps, load_bytes_per_step=block * inputs * db,
                            dram_bytes=elements * inputs * db + out_bytes,

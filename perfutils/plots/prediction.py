@@ -481,9 +481,9 @@ def built_reading(frame: pd.DataFrame, built: str = "kept", baseline: str = "lag
     pair = summary[summary["design"] == built].merge(summary[summary["design"] == baseline], on=keys,
                                                      suffixes=("_built", "_base"))
     gap = pair["measured_pct_built"] - pair["measured_pct_base"]
-    miss = (frame["predicted_pct"] - frame["measured_pct"]).groupby(frame["design"])
+    miss = (frame["predicted_pct"] - frame["measured_pct"]).groupby(frame["design"]).agg(["median", "size"])
     won = int((gap > 0).sum())
     return (f"The {built} design beat the {baseline} one at {won} of {len(pair)} cells (best configuration of each: "
             f"{gap.min():+.1f} to {gap.max():+.1f} points of copy bandwidth). The model predicted the {built} plans a "
-            f"median {miss.median()[built]:+.1f} points from what they measured ({int(miss.size()[built])} plans), the "
-            f"{baseline} plans {miss.median()[baseline]:+.1f} ({int(miss.size()[baseline])}).")
+            f"median {miss.at[built, 'median']:+.1f} points from what they measured ({miss.at[built, 'size']} plans), "
+            f"the {baseline} plans {miss.at[baseline, 'median']:+.1f} ({miss.at[baseline, 'size']}).")
