@@ -21,6 +21,9 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-fast PART PARTS, time-fast   # fast math or not (run W)
   python scripts/explore_lagged.py compile-h200 PART PARTS, time-h200   # an H200's choice of configuration (run X)
   python scripts/explore_lagged.py compile-kept PART PARTS, time-kept   # exponentials kept in registers (run Y)
+  python scripts/explore_lagged.py offline-kept LOG      # a run Y log's plans compiled offline (sm_90): a step's SASS
+  python scripts/explore_lagged.py probe-kept            # run Y's kept and lagged kernels, checked and timed, then once
+                                                         # each under ncu --profile-from-start off (run Z)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
@@ -42,7 +45,15 @@ planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunk
 ``explore_poll_2026-11-26.txt`` (runs T and U: ``archive/patches/run_T_poll_ahead.patch``, ``archive/patches/run_U_gpu_scope_poll.patch``),
 ``explore_loads_2026-11-26.txt`` (run V: ``archive/patches/run_V_loads.patch``) and ``explore_fast_2026-11-26.txt`` (run W).
 On an H200: ``data/h200/logs/explore_h200_2026-11-28.txt`` (run X) and ``explore_kept_2026-11-28.txt`` (run Y: needs
-``data/h200/archive/patches/run_Y_kept.patch``, split_row's schedule "kept" and plan_split_row's ``keep_steps``).
+``data/h200/archive/patches/run_Y_kept.patch``, split_row's schedule "kept" and plan_split_row's ``keep_steps``);
+``ncu_kept_2026-11-28.txt`` with ``ncu_kept_source_2026-11-28.csv.gz`` (run Z: the same patch, the command below) and
+``offline_kept_2026-11-28.txt`` (run Y's plans' SASS, offline). Run Z under Nsight Compute, in a tree with the patch:
+
+  ncu --clock-control none --profile-from-start off -k regex:'split_row_(kept|lagged)_kernel' --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters -o kept \
+      python scripts/explore_lagged.py probe-kept
+  ncu --import kept.ncu-rep --page source --csv --print-source sass | gzip > ncu_kept_source.csv.gz
 """
 import itertools
 import json
@@ -412,6 +423,109 @@ def probe(cases):
         print("ran", loss, vocab, plan.config, flush=True)
 
 
+# Run Z (2026-11-28, an H200; run Y's patch): why the kept schedule is slower, seen by Nsight Compute. Three cells, the
+# kept kernel at its best chunks of run Y beside the lagged kernel at the same chunks and at the search's.
+PROBE_KEPT = [((loss, fmt, vocab), (block, 4, options)) for loss, fmt, vocab in
+              [("forward_kl", "logits", 32000), ("forward_kl", "logits", 131072), ("cross_entropy", "labels", 32000)]
+              for block, options in [(2048, {"schedule": "kept"}), (2048, {}), (4096, {})]]
+
+
+def probe_kept():
+    """Run Z: every plan of PROBE_KEPT checked against float64 and timed (JSON lines as the runs print), then each run
+    once between cudaProfilerStart and Stop, the launches ncu profiles ("profiled" lines, in ncu's order)."""
+    copy = copy_gbps()
+    plans = []
+    for (loss, fmt, vocab), (block, warps, options) in PROBE_KEPT:
+        x, t = inputs(fmt, vocab)
+        rows = torch.randperm(TOKENS, device="cuda")[:16]
+        ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
+        _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
+        plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
+                               num_warps=warps, **options)
+        value, grad = plan.run()
+        loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
+        grad_err = float((grad[rows].double() * TOKENS / 16 - ref_grad).norm() / ref_grad.norm())
+        if max(loss_err, grad_err) > 1e-2:
+            raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
+        ms = triton.testing.do_bench(plan.run, return_mode="median")
+        nbytes = TOKENS * vocab * 2 * (2 if fmt == "labels" else 3)
+        record = {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "cfg": label(block, warps, options),
+                  "schedule": plan.config.get("schedule"), "programs": plan.config.get("programs"),
+                  "chunks": plan.config.get("num_chunks"), "regs": plan.launches[0].compiled.n_regs,
+                  "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
+                  "err": round(max(loss_err, grad_err), 5)}
+        print(json.dumps(record), flush=True)
+        plans.append((record, plan, x, t))
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for record, plan, _x, _t in plans:
+        plan.run()
+        torch.cuda.synchronize()
+        print("profiled", json.dumps({key: record[key] for key in ("loss", "vocab", "cfg")}), flush=True)
+    torch.cuda.profiler.stop()
+
+
+def cooperative_launch(loss, fmt, vocab, block, warps, options, rows=64):
+    """The cooperative split_row launch a GPU would run for this plan, built on a CPU (where prepare gives the
+    multi-launch form): the stats launch's constexprs, the schedule's kernel and its own constexprs, three slots."""
+    from kernels.launch import Launch
+    from kernels.problem import build_problem
+
+    x = torch.zeros(rows, vocab, dtype=torch.bfloat16)
+    t = torch.zeros(rows, dtype=torch.int64) if fmt == "labels" else torch.zeros(rows, vocab, dtype=torch.bfloat16)
+    plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
+                           num_warps=warps, cooperative=False)
+    stats = plan.launches[0]
+    constexprs = {name: value for name, value in stats.constexprs.items() if name != "PHASE"}
+    constexprs.update(build_problem(x, t, loss=loss, target_format=fmt, grad_output=None, ignore_index=-100,
+                                    loss_mask=None).peel_constexprs())
+    if options.get("read_ahead"):
+        constexprs["READ_AHEAD"] = options["read_ahead"]
+    if options.get("schedule") == "kept":
+        fn = split_row.split_row_kept_kernel  # run Y's patch
+        if options.get("keep_steps", 1) != 1:
+            constexprs["KEEP_STEPS"] = options["keep_steps"]
+    else:
+        fn = split_row.split_row_lagged_kernel
+        constexprs["POLL_FIRST"] = fmt == "labels"
+    return Launch(f"split_row.{options.get('schedule', 'lagged')}", fn, (3 * constexprs["NUM_CHUNKS"],),
+                  dict(stats.args, n_slots=3), constexprs, num_warps=warps, maxnreg=options.get("maxnreg"))
+
+
+def options_of(cfg: str) -> tuple[int, int, dict]:
+    """A plan label (:func:`label`) back to ``(block, warps, options)``, for the options run Y used."""
+    block, warps, *rest = cfg.split("/")
+    names = {"sc": ("schedule", str), "re": ("read_ahead", int), "ke": ("keep_steps", int), "ma": ("maxnreg", int)}
+    options = {names[part[:2]][0]: names[part[:2]][1](part[2:]) for part in rest}
+    return int(block), int(warps), options
+
+
+def offline_kept(log: str):
+    """Every plan a run Y log timed (``LOG``, all its passes), compiled offline for sm_90, one JSON line each: the
+    registers and the instructions of a step in the SASS (perfutils.model.cubin.main_loop_instructions)."""
+    import contextlib
+    import io
+
+    from perfutils.model.cubin import main_loop_instructions
+    from perfutils.model.offline_compile import compile_launch
+
+    seen = set()
+    for record in exploration_records(log):
+        key = (record["loss"], record.get("fmt"), record["vocab"], record["cfg"])
+        if "ms" not in record or not record.get("schedule") or key in seen:
+            continue
+        seen.add(key)
+        loss, fmt, vocab, cfg = key
+        out = {"loss": loss, "fmt": fmt, "vocab": vocab, "cfg": cfg}
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                compiled = compile_launch(cooperative_launch(loss, fmt, vocab, *options_of(cfg)))
+            out.update(regs=compiled.n_regs, **main_loop_instructions(compiled.sass))
+        except Exception as error:  # noqa: BLE001 - a configuration that does not compile is a record
+            out["error"] = f"{type(error).__name__}: {error}"[:160]
+        print(json.dumps(out), flush=True)
+
+
 def table(run_name: str, log: str, split: str | None = None) -> None:
     """A timing log's records (``time-<run>``'s JSON lines, as kept in data/<gpu>/logs) per cell and configuration:
     each pass's % of copy and the kernel's registers, then per cell the best configuration (mean over passes) of each
@@ -471,6 +585,10 @@ if __name__ == "__main__":
         table(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
     elif command == "model":
         model(sys.argv[2], sys.argv[3])
+    elif command == "probe-kept":
+        probe_kept()
+    elif command == "offline-kept":
+        offline_kept(sys.argv[2])
     elif command in PROBES:
         probe(PROBES[command])
     elif command.startswith("compile") and command[len("compile"):] in RUNS:

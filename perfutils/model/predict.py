@@ -177,6 +177,8 @@ class KernelPass:
     # from DRAM and finishes the one it reads again from L2 (2); the loads in flight are the DRAM tile's
     loads_ahead: int = 0  # steps whose loads are issued before this step's arithmetic (prefetch, asynchronous copies
     # to shared memory); 0: a step's loads wait for the previous step's arithmetic
+    instructions_per_step: float = 0.0  # a thread's instructions a step, counted in the exact kernel's offline SASS
+    # (perfutils.model.cubin.main_loop_instructions); 0: estimated from ModelConstants.instructions_per_element
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,19 @@ def closed_queue_cycle(programs: int, think: float, service: float) -> float:
     return think + residence
 
 
+def thread_instructions_per_step(kp: KernelPass, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
+    """What one thread issues a step: the count of the kernel's SASS where it was given
+    (``KernelPass.instructions_per_step``), else ``instructions_per_element`` (a second input adding its share) times
+    the elements of the step's ``tiles_per_step`` tiles a thread holds. The estimate has no per-step part: run Z's
+    Nsight Compute counts (data/h200/logs/ncu_kept_2026-11-28.txt) found about 370 instructions a step that do not grow
+    with the chunk (the row's summaries, its scalars, the poll), so it is high for wide chunks and low for narrow
+    ones."""
+    if kp.instructions_per_step:
+        return float(kp.instructions_per_step)
+    per_thread = kp.tile * max(1, kp.tiles_per_step) / (32 * kp.num_warps)
+    return per_thread * k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
+
+
 def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
     """How long one step of a program lasts on an SM shared with ``resident`` programs.
 
@@ -239,12 +254,10 @@ def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS
     sum of both. With ``loads_ahead`` steps of loads issued before the arithmetic, only the part of the round trip
     that ``loads_ahead`` steps of arithmetic do not cover is waited for."""
     hz = gpu.clock_ghz * 1e9
-    tile = kp.tile * max(1, kp.tiles_per_step)
-    per_thread = tile / (32 * kp.num_warps)
-    instr = k.instructions_per_element * (1.0 + k.second_input_instructions * (kp.inputs - 1))
-    stream = per_thread * instr * k.warp_cycles_per_instruction / hz  # a warp's own instructions, one after another
+    per_thread = thread_instructions_per_step(kp, k)
+    stream = per_thread * k.warp_cycles_per_instruction / hz  # a warp's own instructions, one after another
     reduce = k.reduce_cycles_per_level * math.log2(32 * kp.num_warps) / hz  # shuffles and barriers after them
-    issue = tile * instr / 128 / hz  # one program's turn at the SM's schedulers
+    issue = per_thread * 32 * kp.num_warps / 128 / hz  # one program's turn at the SM's schedulers
     own = max(stream, issue) + reduce  # its arithmetic alone on the SM
     latency_s = k.dram_latency_ns * 1e-9
     wait = max(0.0, latency_s / kp.loads_ahead - own) if kp.loads_ahead > 0 else latency_s
@@ -288,7 +301,8 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     dram_full = dram_s * (full / waves) if waves else 0.0
     dram_part = dram_s - dram_full
     l2_s = kp.l2_bytes / (c.l2_gbps * 1e9) if c.l2_gbps else 0.0
-    issue_s = kp.elements * instr / (128 * hz * sms)
+    issue_s = (kp.programs * kp.steps * thread_instructions_per_step(kp, k) * 32 * kp.num_warps / (128 * hz * sms)
+               if kp.instructions_per_step else kp.elements * instr / (128 * hz * sms))
     exps = kp.elements * kp.inputs / (c.exp2_tops * 1e12) if c.exp2_tops else 0.0
     mem_full = _soft_max([dram_full, lat_full, l2_s * (full / waves if waves else 0)], k.combine_p)
     mem_part = _soft_max([dram_part, lat_part], k.combine_p)
@@ -349,13 +363,16 @@ def predict_launch(gpu: Gpu, *, loss: str, target_format: str, tokens: int, voca
     "fused" (one program per row), "split_row" (chunks of ``block_size`` columns) or "two_pass.stats" /
     "two_pass.grad", with the compile counts given; programs per SM from the exact occupancy of those counts.
     ``plan``: more of the plan's configuration where it is known (split_row's ``programs``, ``num_chunks``,
-    ``schedule``)."""
+    ``schedule``; a one-launch kernel's ``instructions_per_step`` from its offline SASS)."""
     row = dict(study="what-if", config_key="", loss=loss, target_format=target_format, variant=variant,
                dtype=dtype, tokens=int(tokens), vocab=int(vocab))
     launch = {"name": variant, "block_size": block_size, "num_warps": num_warps, "n_regs": n_regs,
               "shared_bytes": shared_bytes, "spill_bytes": spill_bytes, "grid": [int(tokens)]}
     plan = {"variant": variant.split(".")[0], "block_size": block_size, "num_warps": num_warps, **(plan or {})}
     passes = tuple(_loss_passes(row, launch, plan, gpu))
+    counted = _num(plan.get("instructions_per_step"), 0.0)
+    if counted and len(passes) == 1:
+        passes = (replace(passes[0], instructions_per_step=counted),)
     return predict(LaunchConfig(**row, passes=passes), gpu, constants)
 
 

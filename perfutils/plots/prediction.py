@@ -434,12 +434,14 @@ def needs_reading(least: pd.DataFrame) -> str:
     return " ".join(sentences)
 
 
-def built_check(records, gpu: Gpu) -> pd.DataFrame:
+def built_check(records, gpu: Gpu, steps: dict | None = None) -> pd.DataFrame:
     """One row per cooperative split_row plan an exploration timed (``perfutils.data.records.exploration_records`` of
     its log; streams and plans of one program a row left out) with the model's prediction for it from its registers,
     grid and schedule (``predict_launch``): the design (the plan's schedule: "lagged", "kept", ...), measured and
     predicted % of copy (the same bytes over the predicted time) and the bound the model names. A label's
-    ``/ke<n>`` is the kept schedule's keep_steps."""
+    ``/ke<n>`` is the kept schedule's keep_steps. ``steps``: ``{(loss, vocab, label): instructions a step}`` counted
+    in the plans' offline SASS (``perfutils.model.cubin.main_loop_instructions``); a plan found there is predicted
+    from its count (``predicted_pct``, ``counted``: True), the others from the model's per-element estimate."""
     import re
 
     rows = []
@@ -448,8 +450,10 @@ def built_check(records, gpu: Gpu) -> pd.DataFrame:
             continue
         block, warps = (int(value) for value in record["cfg"].split("/")[:2])
         keep = re.search(r"/ke(\d+)", record["cfg"])
+        counted = (steps or {}).get((record["loss"], record["vocab"], record["cfg"]))
         plan = {"schedule": record["schedule"], "programs": record["programs"], "num_chunks": record["chunks"],
-                **({"keep_steps": int(keep.group(1))} if keep else {})}
+                **({"keep_steps": int(keep.group(1))} if keep else {}),
+                **({"instructions_per_step": counted} if counted else {})}
         predicted = predict_launch(gpu, loss=record["loss"], target_format=record["fmt"], tokens=record["tokens"],
                                    vocab=record["vocab"], variant="split_row", block_size=block, num_warps=warps,
                                    n_regs=record["regs"], plan=plan)
@@ -457,7 +461,7 @@ def built_check(records, gpu: Gpu) -> pd.DataFrame:
                      "vocab": record["vocab"], "design": record["schedule"],
                      "config": record["cfg"], "n_regs": record["regs"], "programs": record["programs"],
                      "measured_pct": record["pct"], "predicted_pct": record["pct"] * record["ms"] / predicted.ms,
-                     "bound": predicted.bound})
+                     "bound": predicted.bound, "counted": bool(counted)})
     return pd.DataFrame(rows)
 
 
