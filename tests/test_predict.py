@@ -312,3 +312,19 @@ def test_the_vocab_parallel_exchange_grows_with_the_rows_and_is_absent_on_one_gp
     assert predict(both, gpu).breakdown["exchange"] > 0
     assert without_exchange(both) == rank
     assert with_exchange(rank, tp=1) == rank
+
+
+def test_a_counted_step_replaces_the_per_element_estimate():
+    """thread_instructions_per_step: the estimate grows with the tiles a step works through; a counted step (from the
+    kernel's SASS) is taken as it is, and a longer one gives a step at least as long."""
+    from perfutils.model.predict import DEFAULT_CONSTANTS, KernelPass, step_seconds, thread_instructions_per_step
+
+    kp = KernelPass("split_row", programs=1056, tile=2048, num_warps=4, resident=8, steps=64,
+                    load_bytes_per_step=8192, dram_bytes=1e9, inputs=2, tiles_per_step=2)
+    k = DEFAULT_CONSTANTS
+    estimate = thread_instructions_per_step(kp, k)
+    assert estimate == pytest.approx(2 * 2048 / 128 * k.instructions_per_element * (1 + k.second_input_instructions))
+    counted = replace(kp, instructions_per_step=787)
+    assert thread_instructions_per_step(counted, k) == 787
+    gpu = Gpu(GPU.ceilings, sm_count=132)
+    assert step_seconds(replace(kp, instructions_per_step=1600), gpu) >= step_seconds(counted, gpu)

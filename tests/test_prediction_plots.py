@@ -168,3 +168,43 @@ def test_a_built_kernel_is_checked_plan_by_plan(tmp_path):
     reading = pp.built_reading(built)
     assert reading.startswith("The kept design beat the lagged one at 0 of 1 cells")
     assert "-10.0 to -10.0 points" in reading and "(2 plans)" in reading
+
+
+def test_counted_steps_reach_the_check_and_split_into_fixed_and_per_element(tmp_path):
+    """built_check predicts a plan from its counted step where the offline log has it (counted: True) and from the
+    per-element estimate elsewhere; more instructions a step predict a slower plan. counted_reading compares the two
+    checks per design. step_split recovers a line through the plain plans' counts; nsight_steps lines records up with
+    their profiles."""
+    from pathlib import Path
+
+    from perfutils.model.predict import gpu_from_folder
+
+    cell = {"lag": 2, "loss": "forward_kl", "fmt": "logits", "vocab": 32000, "tokens": 4096}
+    records = [dict(cell, cfg="2048/4", programs=1056, chunks=16, schedule="lagged", ms=0.31, pct=60.0, regs=64),
+               dict(cell, cfg="2048/4/sckept", programs=528, chunks=16, schedule="kept", ms=0.33, pct=55.0, regs=105)]
+    offline = [{"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "2048/4", "regs": 64, "step": 787},
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "2048/4/sckept", "regs": 105,
+                "step": 681},
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "2048/4/sckept/re1", "step": 900},
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 50257, "cfg": "4096/4", "step": 2000},
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "4096/4", "step": 1195},
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "1024/4/sckept", "step": 521}]
+    steps = pp.counted_steps(offline)
+    assert steps[("forward_kl", "logits", 32000, "2048/4")] == 787 and len(steps) == 6
+    gpu = gpu_from_folder(Path(__file__).resolve().parent.parent / "data" / "h200")
+    estimated, counted = pp.built_check(records, gpu), pp.built_check(records, gpu, steps)
+    assert not estimated["counted"].any() and counted["counted"].all()
+    heavier = pp.built_check(records, gpu, {key: 4 * value for key, value in steps.items()})
+    assert (heavier["predicted_pct"] < counted["predicted_pct"]).all()
+    reading = pp.counted_reading(estimated, counted)
+    assert reading.count("over 1 plans") == 2 and "the kept plans" in reading
+    split = pp.step_split(offline).set_index("design")
+    assert split.loc["lagged", "per_element"] == pytest.approx((1195 - 787) / 16)
+    assert split.loc["lagged", "fixed"] == pytest.approx(787 - 16 * (1195 - 787) / 16)
+    assert split.loc["kept", "per_element"] == pytest.approx((681 - 521) / 8) and split.loc["kept", "plans"] == 2
+    profiles = [{"step_instructions": 767.0, "nested_passes": 1.9, "nested_pct": 5.4, "marker_pct": 25.8,
+                 "long_sb_pct": 28.6, "barrier_pct": 11.3}] * 2
+    table = pp.nsight_steps(records, profiles, steps)
+    assert list(table["step_counted"]) == [787, 681] and list(table["design"]) == ["lagged", "kept"]
+    with pytest.raises(ValueError, match="2 timed records but 1"):
+        pp.nsight_steps(records, profiles[:1])

@@ -213,7 +213,8 @@ def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str)
 
 def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
     """The JSON records of an exploration's timing log (``scripts/explore_lagged.py time-...``, kept under
-    ``data/<gpu>/logs``): one dict per line that opens with ``{"lag":`` or ``{"tree":``. ``LOG::HEADER`` reads only the
+    ``data/<gpu>/logs``): one dict per line that is a JSON object opening with ``{"lag":``, ``{"tree":`` or ``{"loss":``
+    (runs Z and later print no lag). ``LOG::HEADER`` reads only the
     records under that ``## ...`` header line of a log that holds several passes, up to the next header. The log's own
     ``#`` header says what was measured, on which GPU, with which code."""
     import re
@@ -226,5 +227,5 @@ def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
             raise DataFileError(f"{path}: no header line {section!r}")
         text = text[text.index(marker) + 1:]
         text = text[:text.find("\n## ")] if "\n## " in text else text
-    return [json.loads(found) for found in re.findall(r'\{"(?:tree|lag)": [^{}]*\}', text)]
+    return [json.loads(found) for found in re.findall(r'^\{"(?:tree|lag|loss)": [^{}\n]*\}$', text, re.MULTILINE)]
 

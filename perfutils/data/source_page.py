@@ -11,12 +11,15 @@ warps waited, as shares of all samples.
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
 import re
+from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["loop_spans", "parse_source_page", "step_profile", "STALLS"]
+__all__ = ["loop_spans", "parse_source_page", "read_source_page", "step_profile", "STALLS"]
 
 # The stall reasons step_profile reports on their own (the rest are summed as "other").
 STALLS = ("long_sb", "barrier", "wait", "short_sb", "math", "mio", "branch_resolving", "not_selected", "selected")
@@ -61,6 +64,13 @@ def parse_source_page(text: str) -> list[tuple[str, pd.DataFrame]]:
             lines.append(line)
     close()
     return launches
+
+
+def read_source_page(path: str | os.PathLike) -> list[tuple[str, pd.DataFrame]]:
+    """:func:`parse_source_page` of a recorded file (``.csv`` or ``.csv.gz``)."""
+    path = Path(path)
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return parse_source_page(text)
 
 
 def step_profile(frame: pd.DataFrame, marker: str | None = None) -> dict:

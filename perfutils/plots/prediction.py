@@ -439,7 +439,7 @@ def built_check(records, gpu: Gpu, steps: dict | None = None) -> pd.DataFrame:
     its log; streams and plans of one program a row left out) with the model's prediction for it from its registers,
     grid and schedule (``predict_launch``): the design (the plan's schedule: "lagged", "kept", ...), measured and
     predicted % of copy (the same bytes over the predicted time) and the bound the model names. A label's
-    ``/ke<n>`` is the kept schedule's keep_steps. ``steps``: ``{(loss, vocab, label): instructions a step}`` counted
+    ``/ke<n>`` is the kept schedule's keep_steps. ``steps``: ``{(loss, target format, vocab, label): instructions a step}`` counted
     in the plans' offline SASS (``perfutils.model.cubin.main_loop_instructions``); a plan found there is predicted
     from its count (``predicted_pct``, ``counted``: True), the others from the model's per-element estimate."""
     import re
@@ -450,7 +450,7 @@ def built_check(records, gpu: Gpu, steps: dict | None = None) -> pd.DataFrame:
             continue
         block, warps = (int(value) for value in record["cfg"].split("/")[:2])
         keep = re.search(r"/ke(\d+)", record["cfg"])
-        counted = (steps or {}).get((record["loss"], record["vocab"], record["cfg"]))
+        counted = (steps or {}).get((record["loss"], record["fmt"], record["vocab"], record["cfg"]))
         plan = {"schedule": record["schedule"], "programs": record["programs"], "num_chunks": record["chunks"],
                 **({"keep_steps": int(keep.group(1))} if keep else {}),
                 **({"instructions_per_step": counted} if counted else {})}
@@ -491,3 +491,69 @@ def built_reading(frame: pd.DataFrame, built: str = "kept", baseline: str = "lag
             f"{gap.min():+.1f} to {gap.max():+.1f} points of copy bandwidth). The model predicted the {built} plans a "
             f"median {miss.at[built, 'median']:+.1f} points from what they measured ({miss.at[built, 'size']} plans), "
             f"the {baseline} plans {miss.at[baseline, 'median']:+.1f} ({miss.at[baseline, 'size']}).")
+
+
+def counted_steps(offline_records) -> dict:
+    """``{(loss, target format, vocab, label): instructions a step}`` of an offline compile log's records
+    (``explore_lagged.py offline-kept``: ``step`` from each plan's SASS), as :func:`built_check` takes them."""
+    return {(r["loss"], r["fmt"], r["vocab"], r["cfg"]): r["step"] for r in offline_records if "step" in r}
+
+
+def step_split(offline_records) -> pd.DataFrame:
+    """What a step's instructions are made of, per loss and design: a straight line through the counted steps of the
+    plain plans (4 warps, no option but the schedule; rows 16-byte aligned, so no peeled head and tail) against the
+    elements a thread holds of a chunk: ``fixed`` (instructions that do not grow with the chunk: the row's summaries
+    and scalars, publishing, the poll) and ``per_element``, with the widest miss of the line (``worst``)."""
+    rows = []
+    for r in offline_records:
+        block, warps, *options = r["cfg"].split("/")
+        if "step" not in r or r["vocab"] % 8 or int(warps) != 4 or options not in ([], ["sckept"]):
+            continue
+        rows.append({"loss": r["loss"], "target_format": r["fmt"], "design": "kept" if options else "lagged",
+                     "elements": int(block) / (32 * int(warps)), "step": r["step"]})
+    frame = pd.DataFrame(rows)
+    out = []
+    for (loss, fmt, design), group in frame.groupby(["loss", "target_format", "design"], sort=False):
+        slope, fixed = np.polyfit(group["elements"], group["step"], 1)
+        worst = float(np.abs(fixed + slope * group["elements"] - group["step"]).max())
+        out.append({"loss": loss, "target_format": fmt, "design": design, "fixed": fixed, "per_element": slope,
+                    "worst": worst, "plans": len(group)})
+    return pd.DataFrame(out)
+
+
+def nsight_steps(records, profiles, steps: dict | None = None) -> pd.DataFrame:
+    """One row per profiled plan: a run's timed records (``exploration_records``) beside Nsight Compute's reading of
+    each launch's step (``perfutils.data.source_page.step_profile``, the same order): % of copy, registers, the
+    instructions a warp executed a step (and the SASS count of ``steps`` where given), how often the poll went round
+    again a step, and where the samples found the warps: on loaded data (``data_wait``), at the poll's compare with
+    the empty word (``poll_compare``), inside the poll loop (``poll_loop``), at a barrier."""
+    if len(records) != len(profiles):
+        raise ValueError(f"{len(records)} timed records but {len(profiles)} profiled launches")
+    rows = []
+    for record, profile in zip(records, profiles):
+        key = (record["loss"], record["fmt"], record["vocab"], record["cfg"])
+        rows.append({"loss": record["loss"], "target_format": record["fmt"], "vocab": record["vocab"],
+                     "design": record["schedule"], "config": record["cfg"], "pct_of_copy": record["pct"],
+                     "n_regs": record["regs"], "step_executed": profile["step_instructions"],
+                     "step_counted": (steps or {}).get(key, np.nan), "polls_again": profile["nested_passes"],
+                     "data_wait_pct": profile["long_sb_pct"], "poll_compare_pct": profile.get("marker_pct", np.nan),
+                     "poll_loop_pct": profile["nested_pct"], "barrier_pct": profile["barrier_pct"]})
+    return pd.DataFrame(rows)
+
+
+def counted_reading(estimated: pd.DataFrame, counted: pd.DataFrame) -> str:
+    """How far the model was off, per design, before and after it was given each plan's counted step: two
+    :func:`built_check` frames of the same records, without and with ``steps``."""
+    parts = []
+    for design in estimated["design"].unique():
+        before = estimated.loc[estimated["design"] == design]
+        after = counted.loc[(counted["design"] == design) & counted["counted"]]
+        miss_before = before["predicted_pct"] - before["measured_pct"]
+        miss_after = after["predicted_pct"] - after["measured_pct"]
+        if after.empty:
+            continue
+        parts.append(f"the {design} plans {miss_before.median():+.1f} ({miss_before.min():+.1f} to "
+                     f"{miss_before.max():+.1f}) become {miss_after.median():+.1f} ({miss_after.min():+.1f} to "
+                     f"{miss_after.max():+.1f}) over {len(after)} plans")
+    return ("Given each plan's step as counted in its SASS instead of the per-element estimate, the model's miss "
+            "(median, and range, in points of copy bandwidth): " + "; ".join(parts) + ".")
