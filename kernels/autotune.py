@@ -45,16 +45,36 @@ from .launch import Plan
 from .occupancy import register_caps_of_compiled
 from .problem import Problem
 from .prologue import prologue_launch
-from .resident_row import resident_fits
+from .resident_row import plan_resident_row, resident_fits
 from .split_row import plan_split_row
 from .two_pass import plan_two_pass
 
-# The variants by the names recorded data uses (the ``variant`` column of data/*.csv, the tuning table's entries). Two
-# name a family rather than one kernel: split_row with ``split=False`` launches the fused kernel's one-program-per-row
-# loop (split_row.plan_split_row), fused with ``resident=True`` resident_row's kernel (fused.plan_fused); a plan's
-# ``launches[i].name`` says which kernel runs.
-PLANNERS = {"fused": plan_fused, "two_pass": plan_two_pass, "split_row": plan_split_row}
+# The variants, each named by the kernel it runs: "fused" (one program a row walking its tiles), "resident_row" (the row
+# kept in registers), "two_pass", "split_row" (a row's chunks to programs that exchange summaries). Two earlier
+# spellings stay accepted, and recorded data (the tuning tables, the sweeps' configurations) holds them: split_row
+# with ``split=False`` (the fused kernel's loop: its plan is "fused") and fused with ``resident=True`` (its plan is
+# "resident_row"); canonical_variant reads them as the names above.
+PLANNERS = {"fused": plan_fused, "resident_row": plan_resident_row, "two_pass": plan_two_pass,
+            "split_row": plan_split_row}
 VARIANTS = ("auto", *PLANNERS)
+
+
+def canonical_variant(variant: str, options: dict) -> tuple[str, dict]:
+    """``(variant, options)`` with the earlier spellings read as the kernel they run: split_row with ``split=False``
+    is ``fused`` (its other options kept: ``keep_last``), fused with ``resident=True`` is ``resident_row``; a
+    ``split=True`` or ``resident=False`` that changes nothing is dropped. Anything else is returned as given (a
+    planner refuses what it cannot take)."""
+    options = dict(options)
+    if variant == "split_row" and options.get("split") is False:
+        del options["split"]
+        return "fused", options
+    if variant == "split_row" and options.get("split") is True:
+        del options["split"]
+    if variant == "fused" and options.get("resident") is True and set(options) == {"resident"}:
+        return "resident_row", {}
+    if variant == "fused" and options.get("resident") is False:
+        del options["resident"]
+    return variant, options
 
 
 def plan_problem(problem, variant: str, block_size, num_warps, variant_options: dict) -> Plan:
@@ -114,8 +134,8 @@ def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int,
     best = min((row for row in rows if int(row["vocab"]) == nearest), key=lambda row: float(row["ms_median"]))
     # A tuned chunk wider than this row would only add masked lanes.
     block = min(int(best["block_size"]), max(16, 1 << math.ceil(math.log2(n_cols))))
-    options = json.loads(best.get("options") or "{}")
-    return Choice(best["variant"], block, int(best["num_warps"]), options, source="tuning table")
+    variant, options = canonical_variant(best["variant"], json.loads(best.get("options") or "{}"))
+    return Choice(variant, block, int(best["num_warps"]), options, source="tuning table")
 
 
 def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
@@ -221,14 +241,15 @@ def candidates(problem: Problem, seed) -> list[tuple[str, int, int, dict]]:
     row_tile = min(32768, 1 << max(4, math.ceil(math.log2(n_cols))))
     found = []
     if seed is not None:
-        found.append((seed.variant, seed.block_size, seed.num_warps, dict(seed.options)))
+        variant, options = canonical_variant(seed.variant, seed.options)
+        found.append((variant, seed.block_size, seed.num_warps, options))
     if n_cols <= 65536:  # one program per row walking its tiles (the fused kernel's loop), tile up to the row
         for tile in sorted({row_tile, max(16, row_tile // 2)}, reverse=True):
             warps = max(4, min(32, tile // 1024))
-            found.append(("split_row", tile, warps, {"split": False}))
+            found.append(("fused", tile, warps, {}))
     if resident_fits(problem):  # labels CE, bf16, aligned rows up to 32K: the row read once, kept in registers
         for warps in (16, 8):
-            found.append(("fused", row_tile, warps, {"resident": True}))
+            found.append(("resident_row", row_tile, warps, {}))
     for chunk, warps in ((4096, 4), (8192, 4), (2048, 4), (8192, 8)):  # split rows, lagged exchange
         # at most 64 chunks a row (Triton 3.6's compiler failed on 75 chunks of 2048 columns)
         if chunk < n_cols and math.ceil(n_cols / chunk) <= MAX_CHUNKS:

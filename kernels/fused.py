@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .launch import Launch, Plan
-from .resident_row import plan_resident
+from .resident_row import plan_resident_row
 from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_size, check_keep_last, check_num_warps,
                       finisher, next_power_of_2)
 from .row_math import (
@@ -171,18 +171,14 @@ def plan_fused(problem: Problem, block_size: int | None = None, num_warps: int |
                keep_last: bool = False, resident: bool = False) -> Plan:
     """keep_last: a row of several tiles keeps its last tile in registers from pass 1 to pass 2 (one re-read fewer;
     more registers). The #497-era kernel re-reads every tile.
-    resident: cross-entropy from labels, bf16, 16-byte aligned rows of at most 32768 columns: the whole row read once
-    and kept in registers as pairs of logits (:mod:`kernels.resident_row`); ``block_size``, if given, must hold the
-    row. A ValueError for a problem it cannot take."""
+    resident: the earlier spelling of the variant ``resident_row`` (:func:`kernels.resident_row.plan_resident_row`),
+    whose plan it returns: that kernel runs, not this one."""
     if not isinstance(resident, bool):
         raise TypeError(f"resident must be True or False, got {resident!r}")
     if resident:
         if keep_last:
             raise ValueError("keep_last=True and resident=True: a resident row is one tile, there is nothing to keep")
-        if block_size is not None and check_block_size(block_size) < problem.n_cols:
-            raise ValueError(f"resident=True reads the whole row as one tile: block_size {block_size} < vocab "
-                             f"{problem.n_cols}")
-        return plan_resident(problem, num_warps)
+        return plan_resident_row(problem, block_size, num_warps)
     default_block, default_warps = default_fused_config(problem.n_cols)
     block_size = check_block_size(block_size) if block_size is not None else default_block
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .launch import Launch, Plan
-from .problem import Problem, allocate_outputs, check_num_warps, finisher, next_power_of_2
+from .problem import Problem, allocate_outputs, check_block_size, check_num_warps, finisher, next_power_of_2
 from .row_math import (
     CE_LABELS,
     GPU_APPROXIMATIONS,
@@ -200,7 +200,7 @@ def default_resident_warps(n_cols: int) -> int:
 def resident_launch(problem: Problem, num_warps: int, workspace, loss, grad) -> Launch:
     misfit = resident_misfit(problem)
     if misfit is not None:
-        raise ValueError(f"fused(resident=True) cannot run this problem: {misfit}")
+        raise ValueError(f"resident_row cannot run this problem: {misfit}")
     scale_args, scale_constexprs = problem.scale_args()
     args = problem.loss_args(workspace, loss, grad)
     del args["target_ptr"], args["target_stride"]  # labels: no target logits
@@ -225,12 +225,18 @@ def two_program_cap(num_warps: int) -> int | None:
     return min(cap, 255) if cap >= 64 else None
 
 
-def plan_resident(problem: Problem, num_warps: int | None = None) -> Plan:
+def plan_resident_row(problem: Problem, block_size: int | None = None, num_warps: int | None = None) -> Plan:
+    """The variant ``resident_row`` (also spelled ``fused`` with ``resident=True``): cross-entropy from labels, bf16,
+    16-byte aligned rows of at most 32768 columns, the whole row read once and kept in registers as pairs of logits.
+    ``block_size``, if given, must hold the row. A ValueError for a problem it cannot take."""
+    if block_size is not None and check_block_size(block_size) < problem.n_cols:
+        raise ValueError(f"resident_row reads the whole row as one tile: block_size {block_size} < vocab "
+                         f"{problem.n_cols}")
     num_warps = check_num_warps(num_warps) if num_warps is not None else default_resident_warps(problem.n_cols)
     workspace, loss, grad = allocate_outputs(problem)
     launch = resident_launch(problem, num_warps, workspace, loss, grad)
     return Plan(
-        variant="fused",
+        variant="resident_row",
         launches=[launch],
         finish=finisher(problem, loss, grad),
         config={"block_size": 2 * launch.constexprs["WORDS"], "num_warps": num_warps, "num_tiles": 1,

@@ -35,8 +35,8 @@ def test_unaligned_rows_are_a_shape_class_of_their_own_without_the_resident_row(
                           for logits in (wide.logits[:, :32000].contiguous(), wide.logits[:, 1:32001]))
     assert aligned.rows_aligned() and not unaligned.rows_aligned()
     assert autotune.shape_class(aligned) != autotune.shape_class(unaligned)
-    assert ("fused", 32768, 16, {"resident": True}) in autotune.candidates(aligned, None)
-    assert not any(options.get("resident") for *_, options in autotune.candidates(unaligned, None))
+    assert ("resident_row", 32768, 16, {}) in autotune.candidates(aligned, None)
+    assert not any(variant == "resident_row" for variant, *_ in autotune.candidates(unaligned, None))
 
 
 def test_candidates_start_with_the_seed_and_stay_within_limits():
@@ -45,9 +45,9 @@ def test_candidates_start_with_the_seed_and_stay_within_limits():
     assert found[0] == ("split_row", 8192, 4, {})
     assert len(found) == len(set(map(repr, found)))  # no duplicates
     assert all(-(-151936 // block) <= autotune.MAX_CHUNKS for variant, block, _, options in found if not options)
-    assert not any(options == {"split": False} for *_, options in found)  # rows too wide for one program
+    assert not any(variant == "fused" for variant, *_ in found)  # rows too wide for one program
     small = autotune.candidates(problem(n_cols=32000), None)
-    assert ("split_row", 32768, 32, {"split": False}) in small and ("split_row", 16384, 16, {"split": False}) in small
+    assert ("fused", 32768, 32, {}) in small and ("fused", 16384, 16, {}) in small
 
 
 class FakePlan:
@@ -148,3 +148,36 @@ def test_disk_cache_merges_entries_atomically(tmp_path):
 def test_autotune_can_be_switched_off(monkeypatch, value, expected):
     monkeypatch.setenv("FUSED_LOSS_AUTOTUNE", value)
     assert autotune.enabled() is expected
+
+
+def test_earlier_spellings_are_read_as_the_kernel_they_run():
+    """split_row with split=False is the fused kernel's loop and fused with resident=True the resident row:
+    canonical_variant names them so, the tuning table's entries and the search's seed are read through it, and both
+    spellings plan the same launch, whose plan names the kernel."""
+    import kernels
+
+    canonical = autotune.canonical_variant
+    assert canonical("split_row", {"split": False, "keep_last": True}) == ("fused", {"keep_last": True})
+    assert canonical("split_row", {"split": True}) == ("split_row", {})
+    assert canonical("fused", {"resident": True}) == ("resident_row", {})
+    assert canonical("fused", {"resident": False}) == ("fused", {})
+    assert canonical("fused", {"resident": True, "keep_last": True}) == ("fused", {"resident": True, "keep_last": True})
+    assert canonical("split_row", {"split": "yes"}) == ("split_row", {"split": "yes"})  # the planner refuses it
+    assert "resident_row" in autotune.VARIANTS
+    seed = Choice("split_row", 16384, 16, {"split": False}, source="tuning table")
+    assert autotune.candidates(problem(n_cols=32000), seed)[0] == ("fused", 16384, 16, {})
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 1024, generator=generator).to(torch.bfloat16)
+    labels = torch.randint(0, 1024, (4,), generator=generator)
+    pairs = [(dict(variant="split_row", split=False, block_size=256, num_warps=4),
+              dict(variant="fused", block_size=256, num_warps=4), "fused"),
+             (dict(variant="fused", resident=True, num_warps=2), dict(variant="resident_row", num_warps=2),
+              "resident_row")]
+    for earlier, named, kernel in pairs:
+        old, new = (kernels.prepare(logits, labels, **options) for options in (earlier, named))
+        assert old.variant == new.variant == kernel
+        assert [(launch.fn, launch.grid, launch.constexprs) for launch in old.launches] == \
+               [(launch.fn, launch.grid, launch.constexprs) for launch in new.launches]
+        torch.testing.assert_close(old.run()[1], new.run()[1], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="block_size 512 < vocab"):
+        kernels.prepare(logits, labels, variant="resident_row", block_size=512)

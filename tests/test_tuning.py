@@ -40,9 +40,11 @@ def test_auto_takes_the_fastest_variant_of_the_nearest_vocab():
     assert (choice.variant, choice.block_size, choice.source) == ("split_row", 4096, "tuning table")
 
 
-def test_a_variant_takes_its_own_entry_with_its_options():
+def test_a_variant_takes_its_own_entry_named_by_the_kernel_it_runs():
+    """split_row's entry here is its one-program-a-row form, recorded as split_row with split=False: the choice names
+    the kernel that runs (fused), as the search and the plan do."""
     choice = table_choice(TABLE, "cross_entropy", "labels", "bf16", 32768, "split_row")
-    assert (choice.variant, choice.block_size, choice.options) == ("split_row", 16384, {"split": False})
+    assert (choice.variant, choice.block_size, choice.options) == ("fused", 16384, {})
     assert table_choice(TABLE, "cross_entropy", "labels", "bf16", 32768, "two_pass").block_size == 8192
 
 

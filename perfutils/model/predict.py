@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from kernels import split_row
+from kernels.autotune import canonical_variant
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
@@ -523,12 +524,15 @@ def _launches_of(row: dict, plan_rows: dict) -> list[dict]:
         return plan_rows[_cell(row)]
     plan = _json(row.get("plan_config")) or {}
     maxnreg = (plan.get("options") or {}).get("maxnreg")
-    if plan.get("variant") == "split_row":
+    # the kernel the recorded choice ran, whichever spelling it was recorded under (split_row with split=False is
+    # the fused kernel's loop, fused with resident=True the resident row)
+    variant, _options = canonical_variant(str(plan.get("variant") or ""), plan.get("options") or {})
+    if variant == "split_row":
         return [{"name": "split_row.lagged", "block_size": plan.get("block_size"), "num_warps": plan.get("num_warps"),
                  "n_regs": maxnreg or 128, "shared_bytes": 48}]
-    if plan.get("variant") == "fused":
-        resident = (plan.get("options") or {}).get("resident")
-        return [{"name": "fused.resident" if resident else "fused", "block_size": plan.get("block_size"),
+    if variant in ("fused", "resident_row"):
+        name = "fused.resident" if variant == "resident_row" else "fused"
+        return [{"name": name, "block_size": plan.get("block_size"),
                  "num_warps": plan.get("num_warps"), "n_regs": maxnreg or 64, "shared_bytes": 64,
                  "grid": [int(row["tokens"])]}]
     if not math.isnan(_num(row.get("n_regs"), math.nan)):

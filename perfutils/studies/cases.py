@@ -52,13 +52,14 @@ BENCHMARK_CASES = [
 def tuned_config(out: str, gpu_name: str, loss: str, target_format: str, dtype: str, vocab: int,
                  variant: str) -> tuple[int | None, int | None]:
     """(block_size, num_warps) of ``variant``'s tuning-table entry for this shape; (None, None), its
-    defaults, when the GPU has no table or the table no entry."""
+    defaults, when the GPU has no table, the table no entry, or the entry is not a plain configuration of this
+    variant (options, or another kernel: split_row's entry recorded with ``split=False`` is the fused kernel's)."""
     from pathlib import Path
 
     from kernels.autotune import load_tuning_table, table_choice
 
     choice = table_choice(load_tuning_table(gpu_name, Path(out)), loss, target_format, dtype, vocab, variant)
-    if choice is None or choice.options:
+    if choice is None or choice.options or choice.variant != variant:
         return None, None
     return choice.block_size, choice.num_warps
 
