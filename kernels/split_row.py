@@ -568,6 +568,89 @@ def cooperative_slots(coop: Launch, n_rows: int, num_chunks: int) -> tuple[int, 
     return slots, fit
 
 
+def split_buffers(problem: Problem, num_chunks: int, schedule: str, *, lagged: bool) -> tuple[list, tuple]:
+    """``([workspace, grad, loss, counters], workspace fills)`` of a split plan: the workspace holds the chunks'
+    summaries after the call's own words, twice for the lagged schedule (two halves, the first starting
+    EMPTY_BITS: split_row_lagged_kernel); arrival counters only for the "wait" schedule (None otherwise: the other
+    kernels get a placeholder pointer)."""
+    partials_offset = workspace_size(problem.n_rows)
+    partials_words = problem.n_rows * N_PARTIALS.value * num_chunks
+    fills = ((partials_offset, partials_words, EMPTY_BITS.value),) if lagged else ()
+    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words * (2 if lagged else 1), fills=fills)
+    counters = (torch.zeros(problem.n_rows, dtype=torch.int32, device=problem.logits.device)
+                if schedule == "wait" else None)
+    return [workspace, grad, loss, counters], fills
+
+
+def split_launch(problem: Problem, block_size: int, num_warps: int, buffers: list, *, phase, n_slots: int,
+                 schedule: str = "lagged", prefetch: bool = False, read_ahead: int = 0, fast_math: bool = True,
+                 maxnreg: int | None = None) -> Launch:
+    """One launch of a split plan over ``buffers`` (:func:`split_buffers`): a phase of the multi-launch kernel
+    (``phase`` PHASE_STATS or PHASE_GRAD, a grid of ``n_slots`` rows x chunks), or with ``phase`` None the
+    cooperative kernel of ``schedule`` (``n_slots`` rows in flight)."""
+    workspace, grad, loss, counters = buffers
+    num_chunks = triton.cdiv(problem.n_cols, block_size)
+    scale_args, scale_constexprs = problem.scale_args()
+    if phase is not None:
+        fn, kernel_constexprs = split_row_kernel, {"PHASE": phase.value}
+        name = "split_row.stats" if phase.value == PHASE_STATS.value else "split_row.grad"
+    elif schedule == "wait":
+        fn, kernel_constexprs, name = split_row_cooperative_kernel, {}, "split_row.cooperative"
+    else:
+        # Measured on the H100 (data/h100-sxm-80gb/split_row_schedules.csv): polling first keeps
+        # labels CE's registers down; the target-distribution losses gain from polling last.
+        fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value,
+                                                          **problem.peel_constexprs()}
+        name = "split_row.lagged"
+        if prefetch:  # only when asked: the default launch keeps its constexprs (and its compiled kernel)
+            kernel_constexprs["PREFETCH"] = True
+        if read_ahead:
+            kernel_constexprs["READ_AHEAD"] = read_ahead
+        if not fast_math:  # only when asked: the default launch keeps its constexprs
+            kernel_constexprs["FAST_MATH"] = False
+    return Launch(
+        name=name,
+        fn=fn,
+        grid=(n_slots * num_chunks,),
+        args=dict(
+            problem.loss_args(workspace, loss, grad),
+            counters_ptr=counters if counters is not None else workspace,
+            n_slots=n_slots,
+            partials_offset=workspace_size(problem.n_rows),
+            **scale_args,
+        ),
+        constexprs=dict(
+            problem.loss_constexprs(),
+            **scale_constexprs,
+            **kernel_constexprs,
+            NUM_CHUNKS=num_chunks,
+            CHUNKS_POW2=summary_lanes(num_chunks),
+            BLOCK_SIZE=block_size,
+        ),
+        num_warps=num_warps,
+        maxnreg=maxnreg,
+    )
+
+
+def cooperative_launch(problem: Problem, block_size: int | None = None, num_warps: int | None = None, *,
+                       schedule: str = "lagged", n_slots: int = 1, maxnreg: int | None = None, prefetch: bool = False,
+                       read_ahead: int = 0, fast_math: bool = True) -> Launch:
+    """The cooperative kernel a GPU runs for this problem (what :func:`plan_split_row` launches there), built on any
+    device, with ``n_slots`` rows in flight (a GPU plan sizes them to what the device holds): for offline compiles
+    and counts, where a CPU plan is the multi-launch form. A ValueError for a row of one chunk (no exchange)."""
+    default_block, default_warps = default_split_row_config(problem.n_cols)
+    block_size = check_block_size(block_size) if block_size is not None else default_block
+    num_warps = check_num_warps(num_warps) if num_warps is not None else default_warps
+    if schedule not in ("lagged", "wait"):
+        raise ValueError(f"schedule must be 'lagged' or 'wait' for a cooperative launch, got {schedule!r}")
+    num_chunks = triton.cdiv(problem.n_cols, block_size)
+    if num_chunks < 2:
+        raise ValueError(f"a row of {problem.n_cols} columns is one chunk of {block_size}: nothing is exchanged")
+    buffers, _fills = split_buffers(problem, num_chunks, schedule, lagged=schedule == "lagged")
+    return split_launch(problem, block_size, num_warps, buffers, phase=None, n_slots=n_slots, schedule=schedule,
+                        prefetch=prefetch, read_ahead=read_ahead, fast_math=fast_math, maxnreg=check_maxnreg(maxnreg))
+
+
 def plan_split_row(
     problem: Problem,
     block_size: int | None = None,
@@ -648,58 +731,15 @@ def plan_split_row(
             "cooperative=True needs a CUDA device and compiled kernels (not TRITON_INTERPRET=1): its programs "
             "wait for each other, which the interpreter (one program at a time) cannot run"
         )
-    lagged = want_cooperative and schedule == "lagged"
-    partials_offset = workspace_size(problem.n_rows)
-    partials_words = problem.n_rows * N_PARTIALS.value * num_chunks
-    # The lagged schedule's summaries: two halves, the first starting EMPTY_BITS (split_row_lagged_kernel).
-    fills = ((partials_offset, partials_words, EMPTY_BITS.value),) if lagged else ()
-    workspace, loss, grad = allocate_outputs(problem, extra_floats=partials_words * (2 if lagged else 1), fills=fills)
-    # Arrival counters: only the "wait" schedule counts; the other kernels get a placeholder pointer.
-    counters = torch.zeros(problem.n_rows, dtype=torch.int32, device=device) if schedule == "wait" else None
-    buffers = [workspace, grad, loss, counters]
-    scale_args, scale_constexprs = problem.scale_args()
+    buffers, fills = split_buffers(problem, num_chunks, schedule, lagged=want_cooperative and schedule == "lagged")
+    workspace, grad, loss, counters = buffers
 
-    def launch(phase: tl.constexpr | None, n_slots: int, name: str) -> Launch:
-        if phase is not None:
-            fn, kernel_constexprs = split_row_kernel, {"PHASE": phase.value}
-        elif schedule == "wait":
-            fn, kernel_constexprs = split_row_cooperative_kernel, {}
-        else:
-            # Measured on the H100 (data/h100-sxm-80gb/split_row_schedules.csv): polling first keeps
-            # labels CE's registers down; the target-distribution losses gain from polling last.
-            fn, kernel_constexprs = split_row_lagged_kernel, {"POLL_FIRST": problem.loss_code == CE_LABELS.value,
-                                                              **problem.peel_constexprs()}
-            if prefetch:  # only when asked: the default launch keeps its constexprs (and its compiled kernel)
-                kernel_constexprs["PREFETCH"] = True
-            if read_ahead:
-                kernel_constexprs["READ_AHEAD"] = read_ahead
-            if not fast_math:  # only when asked: the default launch keeps its constexprs
-                kernel_constexprs["FAST_MATH"] = False
-        return Launch(
-            name=name,
-            fn=fn,
-            grid=(n_slots * num_chunks,),
-            args=dict(
-                problem.loss_args(workspace, loss, grad),
-                counters_ptr=counters if counters is not None else workspace,
-                n_slots=n_slots,
-                partials_offset=partials_offset,
-                **scale_args,
-            ),
-            constexprs=dict(
-                problem.loss_constexprs(),
-                **scale_constexprs,
-                **kernel_constexprs,
-                NUM_CHUNKS=num_chunks,
-                CHUNKS_POW2=summary_lanes(num_chunks),
-                BLOCK_SIZE=block_size,
-            ),
-            num_warps=num_warps,
-            maxnreg=maxnreg,
-        )
+    def launch(phase: tl.constexpr | None, n_slots: int) -> Launch:
+        return split_launch(problem, block_size, num_warps, buffers, phase=phase, n_slots=n_slots, schedule=schedule,
+                            prefetch=prefetch, read_ahead=read_ahead, fast_math=fast_math, maxnreg=maxnreg)
 
     if want_cooperative and problem.n_rows:
-        coop = launch(None, 1, f"split_row.{'cooperative' if schedule == 'wait' else 'lagged'}")
+        coop = launch(None, 1)
         n_slots, resident = cooperative_slots(coop, problem.n_rows, num_chunks)
         if n_slots >= 1:
             coop.grid = (n_slots * num_chunks,)
@@ -719,6 +759,6 @@ def plan_split_row(
                 f"cooperative split_row cannot run: a row needs {num_chunks} programs at once but the device holds "
                 f"only {resident} of this kernel; use a larger block_size or cooperative=None"
             )
-    launches = [launch(PHASE_STATS, problem.n_rows, "split_row.stats"), launch(PHASE_GRAD, problem.n_rows, "split_row.grad")]
+    launches = [launch(PHASE_STATS, problem.n_rows), launch(PHASE_GRAD, problem.n_rows)]
     return Plan("split_row", launches, finisher(problem, loss, grad), {**config, "mode": "multi_launch"},
                 buffers=buffers)

@@ -420,11 +420,9 @@ def test_effective_registers():
 
 def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int = 3, rows: int = 64,
                    n_cols: int | None = None, prefetch: bool = False, read_ahead: int = 0):
-    """The lagged split_row kernel's launch for ``num_chunks`` chunks of 4096 columns (the CPU plans the multi-launch
-    form: its constexprs plus the lagged kernel's own make the launch a GPU would run)."""
-    import kernels
+    """The lagged split_row kernel's launch for ``num_chunks`` chunks of 4096 columns, as a GPU would run it
+    (``split_row.cooperative_launch``: a CPU plan is the multi-launch form)."""
     from kernels import split_row
-    from kernels.launch import Launch
     from kernels.problem import build_problem
 
     if n_cols is None:
@@ -432,20 +430,11 @@ def _lagged_launch(loss: str, target_format: str, num_chunks: int, n_slots: int 
     logits = torch.zeros(rows, n_cols, dtype=torch.bfloat16)
     target = (torch.zeros(rows, dtype=torch.int64) if target_format == "labels"
               else torch.zeros(rows, n_cols, dtype=torch.bfloat16))
-    plan = kernels.prepare(logits, target, loss=loss, target_format=target_format, variant="split_row",
-                           block_size=4096, num_warps=4, cooperative=False)
-    stats = plan.launches[0]
-    constexprs = {name: value for name, value in stats.constexprs.items() if name != "PHASE"}
-    assert constexprs["NUM_CHUNKS"] == num_chunks
-    constexprs.update(POLL_FIRST=target_format == "labels",
-                      **build_problem(logits, target, loss=loss, target_format=target_format, grad_output=None,
-                                      ignore_index=-100, loss_mask=None).peel_constexprs())
-    if prefetch:
-        constexprs["PREFETCH"] = True
-    if read_ahead:
-        constexprs["READ_AHEAD"] = read_ahead
-    return Launch("split_row.lagged", split_row.split_row_lagged_kernel, (n_slots * num_chunks,),
-                  dict(stats.args, n_slots=n_slots), constexprs, num_warps=4)
+    problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=1.0,
+                            ignore_index=-100, loss_mask=None)
+    launch = split_row.cooperative_launch(problem, 4096, 4, n_slots=n_slots, prefetch=prefetch, read_ahead=read_ahead)
+    assert launch.constexprs["NUM_CHUNKS"] == num_chunks and launch.name == "split_row.lagged"
+    return launch
 
 
 @pytest.mark.parametrize("num_chunks", [13, 16])
@@ -514,3 +503,27 @@ def test_reverse_kl_fused_tile_keeps_the_registers_of_forward_kl():
     assert (frame["status"] == "ok").all(), frame["error"].tolist()
     assert counts.loc["reverse_kl", "n_regs"] >= counts.loc["forward_kl", "n_regs"]
     assert counts.loc["reverse_kl", "spill_bytes"] <= 1.25 * counts.loc["forward_kl", "spill_bytes"]
+
+
+def test_the_gpu_launch_of_a_split_plan_is_built_and_counted_off_a_gpu():
+    """split_row.cooperative_launch builds the persistent kernel a GPU plan runs (a CPU plan is the multi-launch form),
+    and offline_counts counts it for split rows: forward KL 4096 x 32000 in 4096-column chunks is the 128-register
+    kernel the H200 ran (data/h200/logs/ncu_kept_2026-11-28.txt)."""
+    from kernels import split_row
+    from kernels.problem import build_problem
+    from perfutils.model.offline_counts import offline_counts
+
+    logits = torch.zeros(64, 32000, dtype=torch.bfloat16)
+    problem = build_problem(logits, torch.zeros_like(logits), loss="forward_kl", target_format="logits",
+                            grad_output=1.0, ignore_index=-100, loss_mask=None)
+    lagged = split_row.cooperative_launch(problem, 4096, 4, n_slots=3)
+    assert (lagged.name, lagged.fn, lagged.grid) == ("split_row.lagged", split_row.split_row_lagged_kernel, (24,))
+    assert lagged.constexprs["NUM_CHUNKS"] == 8 and lagged.constexprs["POLL_FIRST"] is False
+    wait = split_row.cooperative_launch(problem, 4096, 4, schedule="wait")
+    assert (wait.name, wait.fn, wait.grid) == ("split_row.cooperative", split_row.split_row_cooperative_kernel, (8,))
+    with pytest.raises(ValueError, match="one chunk"):
+        split_row.cooperative_launch(problem, 32768, 16)
+    with pytest.raises(ValueError, match="'lagged' or 'wait'"):
+        split_row.cooperative_launch(problem, 4096, 4, schedule="kept")
+    frame, _ = offline_counts([("forward_kl", "logits", "split_row", 4096, 4)], vocab=32000, log=None)
+    assert frame.loc[0, "launch"] == "split_row.lagged" and frame.loc[0, "n_regs"] == 128

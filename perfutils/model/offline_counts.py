@@ -36,6 +36,8 @@ def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", 
                    log=print) -> tuple[pd.DataFrame, dict]:
     """Compile each ``(loss, target_format, variant, block_size, num_warps)`` offline for sm_90.
 
+    A split_row configuration whose rows are split is counted as the cooperative kernel a GPU runs
+    (``kernels.split_row.cooperative_launch``, the lagged schedule), not the multi-launch form a CPU plans.
     Inputs are tiny CPU tensors of ``rows`` x ``vocab``: a kernel depends on the vocabulary only
     through its constexprs (e.g. a row that fits in one tile) and divisibility, so the counts are
     those of the full-size problem. ``rows`` matters through divisibility too: Triton specializes a row count that
@@ -47,6 +49,8 @@ def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", 
     import torch
 
     import kernels
+    from kernels import split_row
+    from kernels.problem import build_problem
 
     dtype_of_logits = torch_dtype(dtype)
     generator = torch.Generator().manual_seed(0)
@@ -65,8 +69,13 @@ def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", 
                 target = torch.randn(rows, vocab, generator=generator).to(dtype_of_logits)
             plan = kernels.prepare(logits, target, loss=loss, target_format=target_format, variant=variant,
                                    block_size=int(block_size), num_warps=int(num_warps))
+            launches = plan.launches
+            if plan.config.get("mode") == "multi_launch":  # a CPU plan; a GPU runs the cooperative kernel
+                problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=1.0,
+                                        ignore_index=-100, loss_mask=None)
+                launches = [split_row.cooperative_launch(problem, int(block_size), int(num_warps))]
             entries = []
-            for launch in plan.launches:
+            for launch in launches:
                 with contextlib.redirect_stdout(io.StringIO()):  # keep compiler chatter out of the notebook
                     compiled = compile_launch(launch, with_sass=with_sass)
                 compiles[(key, launch.name)] = compiled
