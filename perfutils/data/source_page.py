@@ -99,7 +99,8 @@ def step_profile(frame: pd.DataFrame, marker: str | None = None) -> dict:
     total = float(frame["samples"].sum()) or 1.0
     profile = {"warp_steps": warp_steps,
                "step_instructions": float(step.loc[~nested, "executed"].sum()) / warp_steps if warp_steps else 0.0,
-               "nested_passes": sum(float(frame["executed"].iloc[h]) for h in heads) / warp_steps if warp_steps else 0.0,
+               "nested_passes": (sum(float(frame["executed"].iloc[h]) for h in heads) / warp_steps
+                                 if warp_steps else 0.0),
                "nested_pct": 100 * float(step.loc[nested, "samples"].sum()) / total}
     if marker is not None:
         profile["marker_pct"] = 100 * float(frame.loc[frame["source"].str.contains(marker, regex=False),

@@ -14,8 +14,8 @@ import struct
 
 from ..data.source_page import loop_spans
 
-__all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local_memory_excerpt", "sass_instruction_mix",
-           "sass_loops", "main_loop_instructions"]
+__all__ = ["parse_res_usage", "parse_ptxas_log", "parse_cubin_resources", "local_memory_excerpt",
+           "sass_instruction_mix", "sass_loops", "main_loop_instructions"]
 
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
@@ -190,7 +190,8 @@ _LABEL_BRANCH = re.compile(r"\bBRA(?:\.[A-Z0-9_]+)*\s+`\((\.L_x_\d+)\)")
 
 def sass_loops(sass: str) -> tuple[list[tuple[int, int]], list[str]]:
     """The loops of a disassembled kernel (``nvdisasm -c`` text, whose branches jump to ``.L_x_N`` labels):
-    ``(spans, instructions)``, spans as ``perfutils.data.source_page.loop_spans`` gives them over the instructions' text."""
+    ``(spans, instructions)``, spans as ``perfutils.data.source_page.loop_spans`` gives them over the instructions'
+    text."""
     if not isinstance(sass, str):
         raise TypeError(f"sass must be a str, got {type(sass).__name__}")
     labels, instructions, branches = {}, [], []

@@ -232,9 +232,9 @@ def thread_instructions_per_step(kp: KernelPass, k: ModelConstants = DEFAULT_CON
     """What one thread issues a step: the count of the kernel's SASS where it was given
     (``KernelPass.instructions_per_step``), else ``instructions_per_element`` (a second input adding its share) times
     the elements of the step's ``tiles_per_step`` tiles a thread holds. The estimate has no per-step part: run Z's
-    Nsight Compute and SASS counts (data/h200/logs/ncu_kept_2026-11-28.txt) found 340-370 instructions a step that do not grow
-    with the chunk (the row's summaries, its scalars, the poll), so it is high for wide chunks and low for narrow
-    ones."""
+    Nsight Compute and SASS counts (data/h200/logs/ncu_kept_2026-11-28.txt) found 340-370 instructions a step that
+    do not grow with the chunk (the row's summaries, its scalars, the poll), so it is high for wide chunks and low
+    for narrow ones."""
     if kp.instructions_per_step:
         return float(kp.instructions_per_step)
     per_thread = kp.tile * max(1, kp.tiles_per_step) / (32 * kp.num_warps)

@@ -439,9 +439,10 @@ def built_check(records, gpu: Gpu, steps: dict | None = None) -> pd.DataFrame:
     its log; streams and plans of one program a row left out) with the model's prediction for it from its registers,
     grid and schedule (``predict_launch``): the design (the plan's schedule: "lagged", "kept", ...), measured and
     predicted % of copy (the same bytes over the predicted time) and the bound the model names. A label's
-    ``/ke<n>`` is the kept schedule's keep_steps. ``steps``: ``{(loss, target format, vocab, label): instructions a step}`` counted
-    in the plans' offline SASS (``perfutils.model.cubin.main_loop_instructions``); a plan found there is predicted
-    from its count (``predicted_pct``, ``counted``: True), the others from the model's per-element estimate."""
+    ``/ke<n>`` is the kept schedule's keep_steps. ``steps``: ``{(loss, target format, vocab, label): instructions
+    a step}`` counted in the plans' offline SASS (``perfutils.model.cubin.main_loop_instructions``); a plan found
+    there is predicted from its count (``predicted_pct``, ``counted``: True), the others from the model's
+    per-element estimate."""
     import re
 
     rows = []
