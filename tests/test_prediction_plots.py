@@ -208,3 +208,9 @@ def test_counted_steps_reach_the_check_and_split_into_fixed_and_per_element(tmp_
     assert list(table["step_counted"]) == [787, 681] and list(table["design"]) == ["lagged", "kept"]
     with pytest.raises(ValueError, match="2 timed records but 1"):
         pp.nsight_steps(records, profiles[:1])
+    residuals = pp.step_residuals(counted)
+    assert list(residuals["design"]) == ["kept", "lagged"] and list(residuals["plans"]) == [1, 1]
+    lagged = counted[counted["design"] == "lagged"].iloc[0]
+    assert lagged["steps"] == pytest.approx(4096 * 16 / 1056 + 2)
+    assert residuals.loc[1, "median_us"] == pytest.approx((0.31 - lagged["predicted_ms"]) * 1e3 / lagged["steps"])
+    assert pp.residual_reading(residuals).count("µs") == 2

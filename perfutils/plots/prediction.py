@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, Gpu, LaunchConfig, ModelConstants, check, gpu_from_folder,
-                             in_flight, load_configurations, predict, predict_launch, summarize, sweep_spearman)
+from ..model.predict import (BOUNDS, DEFAULT_CONSTANTS, LAG_STEPS, Gpu, LaunchConfig, ModelConstants, check,
+                             gpu_from_folder, in_flight, load_configurations, predict, predict_launch, summarize,
+                             sweep_spearman)
 from ..model.roofline import loss_cost
 from .figures import check_frame
 
@@ -458,9 +459,13 @@ def built_check(records, gpu: Gpu, steps: dict | None = None) -> pd.DataFrame:
         predicted = predict_launch(gpu, loss=record["loss"], target_format=record["fmt"], tokens=record["tokens"],
                                    vocab=record["vocab"], variant="split_row", block_size=block, num_warps=warps,
                                    n_regs=record["regs"], plan=plan)
+        behind = LAG_STEPS if record["schedule"] == "lagged" else int(keep.group(1)) if keep else 1
         rows.append({"loss": record["loss"], "target_format": record["fmt"], "tokens": record["tokens"],
                      "vocab": record["vocab"], "design": record["schedule"],
                      "config": record["cfg"], "n_regs": record["regs"], "programs": record["programs"],
+                     "chunks": record["chunks"],
+                     "steps": record["tokens"] * record["chunks"] / record["programs"] + behind,
+                     "measured_ms": record["ms"], "predicted_ms": predicted.ms,
                      "measured_pct": record["pct"], "predicted_pct": record["pct"] * record["ms"] / predicted.ms,
                      "bound": predicted.bound, "counted": bool(counted)})
     return pd.DataFrame(rows)
@@ -558,3 +563,28 @@ def counted_reading(estimated: pd.DataFrame, counted: pd.DataFrame) -> str:
                      f"{miss_after.max():+.1f}) over {len(after)} plans")
     return ("Given each plan's step as counted in its SASS instead of the per-element estimate, the model's miss "
             "(median, and range, in points of copy bandwidth): " + "; ".join(parts) + ".")
+
+
+def step_residuals(frame: pd.DataFrame) -> pd.DataFrame:
+    """What the model misses a step, per design and chunks a row, over the counted plans of a :func:`built_check`
+    frame (given ``steps``): the measured minus the predicted time over the steps a program takes, in microseconds
+    (median, least, most, plans). A wait for a row's slowest program would grow with the chunks a row; a round trip
+    the model does not count would not."""
+    counted = frame[frame["counted"]]
+    per_step = (counted["measured_ms"] - counted["predicted_ms"]) * 1e3 / counted["steps"]
+    table = per_step.groupby([counted["design"], counted["chunks"]]).agg(["median", "min", "max", "size"])
+    return table.rename(columns={"median": "median_us", "min": "least_us", "max": "most_us", "size": "plans"}
+                        ).reset_index()
+
+
+def residual_reading(table: pd.DataFrame) -> str:
+    """One sentence on a :func:`step_residuals` table: per design, the median miss a step and its range over the
+    chunks a row, and whether it rises with them (the rank correlation of the per-chunk medians with the chunks)."""
+    parts = []
+    for design, rows in table.groupby("design", sort=False):
+        trend = rows["chunks"].rank().corr(rows["median_us"].rank()) if len(rows) > 2 else float("nan")
+        parts.append(f"{design} {rows['median_us'].median():.2f} µs ({rows['median_us'].min():.2f} to "
+                     f"{rows['median_us'].max():.2f} over {rows['chunks'].min()} to {rows['chunks'].max()} chunks a "
+                     f"row; rank correlation with the chunks {trend:+.2f})")
+    return ("What the model still misses, a step, given the counted instructions (median of the per-chunk medians): "
+            + "; ".join(parts) + ".")
