@@ -359,6 +359,31 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
+def cell_bytes(fmt, vocab, tokens):
+    """The bytes a cell's loss must move at least: read the logits (and the target logits), write the gradient."""
+    return tokens * vocab * 2 * (2 if fmt == "labels" else 3)
+
+
+def references(x, t, loss, fmt):
+    """What a plan of this cell is checked against: the float64 loss over all rows, the gradient on 16 sampled rows."""
+    rows = torch.randperm(x.shape[0], device="cuda")[:16]
+    ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
+    _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
+    return rows, ref_loss, ref_grad
+
+
+def checked_ms(plan, check):
+    """Run ``plan`` once and check it against ``check`` (:func:`references`; an AssertionError past 1e-2), then time
+    it (do_bench median, L2 flushed): (ms, the larger relative error of the loss and the gradient)."""
+    rows, ref_loss, ref_grad = check
+    value, grad = plan.run()
+    loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
+    grad_err = float((grad[rows].double() * grad.shape[0] / len(rows) - ref_grad).norm() / ref_grad.norm())
+    if max(loss_err, grad_err) > 1e-2:
+        raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
+    return triton.testing.do_bench(plan.run, return_mode="median"), max(loss_err, grad_err)
+
+
 def run(phase, cells, configs, part=0, parts=1):
     timing = phase == "time"
     copy = copy_gbps() if timing else None
@@ -367,7 +392,7 @@ def run(phase, cells, configs, part=0, parts=1):
         if not timing:  # the kernels a cell compiles do not depend on its row count (both multiples of 16)
             tokens = min(tokens, TOKENS)
         x, t = inputs(fmt, vocab, tokens)
-        nbytes = tokens * vocab * 2 * (2 if fmt == "labels" else 3)
+        nbytes = cell_bytes(fmt, vocab, tokens)
         if timing:
             out = torch.empty_like(x)
             for block, warps in [(4096, 4), (8192, 8)]:
@@ -376,9 +401,7 @@ def run(phase, cells, configs, part=0, parts=1):
                 print(json.dumps({"lag": LAG, "loss": loss, "vocab": vocab, "tokens": tokens, "cfg": f"stream{block}/{warps}",
                                   "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
             del out
-            rows = torch.randperm(tokens, device="cuda")[:16]
-            ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
-            _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
+            check = references(x, t, loss, fmt)
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
             if not timing and next(shares) % parts != part:
                 continue
@@ -392,15 +415,10 @@ def run(phase, cells, configs, part=0, parts=1):
                 record.update(programs=plan.config.get("programs"), chunks=plan.config.get("num_chunks"),
                               schedule=plan.config.get("schedule"))
                 if timing:
-                    value, grad = plan.run()
-                    loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
-                    grad_err = float((grad[rows].double() * tokens / 16 - ref_grad).norm() / ref_grad.norm())
-                    if max(loss_err, grad_err) > 1e-2:
-                        raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
-                    ms = triton.testing.do_bench(plan.run, return_mode="median")
+                    ms, err = checked_ms(plan, check)
                     compiled = plan.launches[0].compiled
                     record.update(ms=round(ms, 4), pct=round(nbytes / ms / 1e6 / copy * 100, 1),
-                                  err=round(max(loss_err, grad_err), 5), regs=compiled.n_regs,
+                                  err=round(err, 5), regs=compiled.n_regs,
                                   spills=getattr(compiled, "n_spills", None))
                 del plan
             except Exception as error:  # noqa: BLE001 - an exploration records what failed and goes on
@@ -437,28 +455,19 @@ def probe_kept():
     plans = []
     for (loss, fmt, vocab), (block, warps, options) in PROBE_KEPT:
         x, t = inputs(fmt, vocab)
-        rows = torch.randperm(TOKENS, device="cuda")[:16]
-        ref_loss = reference.entropy_loss_in_blocks(x, t, loss=loss, target_format=fmt)
-        _unused, ref_grad = reference.entropy_loss_forward_backward(x[rows], t[rows], loss=loss, target_format=fmt)
         plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                num_warps=warps, **options)
-        value, grad = plan.run()
-        loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
-        grad_err = float((grad[rows].double() * TOKENS / 16 - ref_grad).norm() / ref_grad.norm())
-        if max(loss_err, grad_err) > 1e-2:
-            raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
-        ms = triton.testing.do_bench(plan.run, return_mode="median")
-        nbytes = TOKENS * vocab * 2 * (2 if fmt == "labels" else 3)
+        ms, err = checked_ms(plan, references(x, t, loss, fmt))
         record = {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "cfg": label(block, warps, options),
                   "schedule": plan.config.get("schedule"), "programs": plan.config.get("programs"),
                   "chunks": plan.config.get("num_chunks"), "regs": plan.launches[0].compiled.n_regs,
-                  "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
-                  "err": round(max(loss_err, grad_err), 5)}
+                  "ms": round(ms, 4), "pct": round(cell_bytes(fmt, vocab, TOKENS) / ms / 1e6 / copy * 100, 1),
+                  "err": round(err, 5)}
         print(json.dumps(record), flush=True)
-        plans.append((record, plan, x, t))
+        plans.append((record, plan))  # the plan holds its inputs
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    for record, plan, _x, _t in plans:
+    for record, plan in plans:
         plan.run()
         torch.cuda.synchronize()
         print("profiled", json.dumps({key: record[key] for key in ("loss", "vocab", "cfg")}), flush=True)
@@ -467,7 +476,9 @@ def probe_kept():
 
 def cooperative_launch(loss, fmt, vocab, block, warps, options, rows=64):
     """The cooperative split_row launch a GPU would run for this plan, built on a CPU (where prepare gives the
-    multi-launch form): the stats launch's constexprs, the schedule's kernel and its own constexprs, three slots."""
+    multi-launch form): the stats launch's constexprs, the schedule's kernel and its own constexprs, three slots.
+    Built by hand because run Y's patched tree (6f1793f) predates kernels.split_row.cooperative_launch, which builds
+    the product's launches the same way."""
     from kernels.launch import Launch
     from kernels.problem import build_problem
 

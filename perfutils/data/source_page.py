@@ -17,9 +17,10 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["loop_spans", "parse_source_page", "read_source_page", "step_profile", "STALLS"]
+__all__ = ["loop_spans", "step_loops", "parse_source_page", "read_source_page", "step_profile", "STALLS"]
 
 # The stall reasons step_profile reports on their own (the rest are summed as "other").
 STALLS = ("long_sb", "barrier", "wait", "short_sb", "math", "mio", "branch_resolving", "not_selected", "selected")
@@ -33,6 +34,15 @@ def loop_spans(targets) -> list[tuple[int, int]]:
     in the order the branches appear. Read this way: nvdisasm's listing (``perfutils.model.cubin.sass_loops``) and
     the source page's (:func:`step_profile`)."""
     return [(target, index) for index, target in enumerate(targets) if target is not None and target <= index]
+
+
+def step_loops(spans) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """A persistent kernel's step among its loops (:func:`loop_spans`): the longest loop, and the loops nested in it
+    (a poll, run as often as it waits). A ValueError when there is no loop."""
+    if not spans:
+        raise ValueError("the kernel has no loop (no backward branch)")
+    first, last = max(spans, key=lambda span: span[1] - span[0])
+    return (first, last), [(a, b) for a, b in spans if (a, b) != (first, last) and first <= a and b <= last]
 
 
 def parse_source_page(text: str) -> list[tuple[str, pd.DataFrame]]:
@@ -87,19 +97,16 @@ def step_profile(frame: pd.DataFrame, marker: str | None = None) -> dict:
     for text in frame["source"]:
         branch = _ADDRESS_BRANCH.search(text)
         targets.append(index_of.get(int(branch.group(1), 16)) if branch else None)
-    spans = loop_spans(targets)
-    if not spans:
-        raise ValueError("the kernel has no loop (no backward branch on its source page)")
-    first, last = max(spans, key=lambda span: span[1] - span[0])
-    inner = {i for a, b in spans if (a, b) != (first, last) and first <= a and b <= last for i in range(a, b + 1)}
+    (first, last), inner = step_loops(loop_spans(targets))
     step = frame.iloc[first:last + 1]
-    nested = step.index.isin([frame.index[i] for i in inner])
+    nested = np.zeros(len(step), dtype=bool)
+    for a, b in inner:
+        nested[a - first:b - first + 1] = True
     warp_steps = float(step["executed"].iloc[0])
-    heads = sorted({a for a, b in spans if (a, b) != (first, last) and first <= a and b <= last})
     total = float(frame["samples"].sum()) or 1.0
     profile = {"warp_steps": warp_steps,
                "step_instructions": float(step.loc[~nested, "executed"].sum()) / warp_steps if warp_steps else 0.0,
-               "nested_passes": (sum(float(frame["executed"].iloc[h]) for h in heads) / warp_steps
+               "nested_passes": (sum(float(frame["executed"].iloc[a]) for a, _b in inner) / warp_steps
                                  if warp_steps else 0.0),
                "nested_pct": 100 * float(step.loc[nested, "samples"].sum()) / total}
     if marker is not None:
