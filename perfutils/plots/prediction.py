@@ -532,17 +532,18 @@ def nsight_steps(records, profiles, steps: dict | None = None) -> pd.DataFrame:
     each launch's step (``perfutils.data.source_page.step_profile``, the same order): % of copy, registers, the
     instructions a warp executed a step (and the SASS count of ``steps`` where given), how often the poll went round
     again a step, and where the samples found the warps: on loaded data (``data_wait``), at the poll's compare with
-    the empty word (``poll_compare``), inside the poll loop (``poll_loop``), at a barrier."""
+    the empty word (``compare``), inside the poll loop (``poll_loop``), at a barrier. ``loss`` is loss/target
+    format (one column: the table fits a page)."""
     if len(records) != len(profiles):
         raise ValueError(f"{len(records)} timed records but {len(profiles)} profiled launches")
     rows = []
     for record, profile in zip(records, profiles):
         key = (record["loss"], record["fmt"], record["vocab"], record["cfg"])
-        rows.append({"loss": record["loss"], "target_format": record["fmt"], "vocab": record["vocab"],
+        rows.append({"loss": f"{record['loss']}/{record['fmt']}", "vocab": record["vocab"],
                      "design": record["schedule"], "config": record["cfg"], "pct_of_copy": record["pct"],
                      "n_regs": record["regs"], "step_executed": profile["step_instructions"],
                      "step_counted": (steps or {}).get(key, np.nan), "polls_again": profile["nested_passes"],
-                     "data_wait_pct": profile["long_sb_pct"], "poll_compare_pct": profile.get("marker_pct", np.nan),
+                     "data_wait_pct": profile["long_sb_pct"], "compare_pct": profile.get("marker_pct", np.nan),
                      "poll_loop_pct": profile["nested_pct"], "barrier_pct": profile["barrier_pct"]})
     return pd.DataFrame(rows)
 
