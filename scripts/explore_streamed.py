@@ -1,0 +1,103 @@
+"""Exploration (issue 39, not a recorded study): whole rows streamed through TMA (perfutils.lab_kernels.streamed_row)
+beside the product's public call, in one process, at 4096 tokens.
+
+  python scripts/explore_streamed.py compile PART PARTS   # compile a share of the configurations (16-row inputs)
+  python scripts/explore_streamed.py time [VOCAB ...]     # check and time every configuration: one JSON line each
+
+Each configuration (block, warps, stages, programs per SM) is checked against float64 (the loss over all rows, the
+gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed). Both sides are calls with their
+allocations: ``streamed_row_loss`` (kernel, gradient and row-loss buffers, a torch sum) and the product's public
+``kernels.entropy_loss_forward_backward``. % of copy: the bytes a loss must move (``explore_lagged.cell_bytes``)
+over the copy bandwidth of the GPU's recorded ceilings, and over a torch copy of the same bytes timed here.
+"""
+import itertools
+import json
+import sys
+
+import torch
+import triton
+
+import kernels
+from explore_lagged import cell_bytes, copy_gbps, inputs, references
+from perfutils.lab_kernels.streamed_row import streamed_row_loss
+
+TOKENS = 4096
+LOSSES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
+VOCABS = [32000, 50304, 65536, 131072]
+SHARED_BYTES = 220 * 1024  # an SM's shared memory, less what the kernel's reductions and barriers take
+CONFIGS = [(block, warps, stages) for block in (2048, 4096, 8192) for warps in (4, 8) for stages in (3, 5)]
+
+
+def per_sm_choices(fmt, block, stages):
+    """Programs per SM whose stage buffers fit the SM's shared memory."""
+    buffers = (stages - 1) * block * 2 * (1 if fmt == "labels" else 2)
+    return [n for n in (1, 2, 3, 4) if n * buffers <= SHARED_BYTES]
+
+
+def compile_share(part, parts):
+    shares = itertools.count()
+    for (loss, fmt), (block, warps, stages) in itertools.product(LOSSES, CONFIGS):
+        if next(shares) % parts != part:
+            continue
+        for vocab in VOCABS:  # one compile: every vocabulary here is a multiple of 16 columns
+            x, t = inputs(fmt, vocab, rows=16)  # the same specialization as 4096 rows (both multiples of 16)
+            streamed_row_loss(x, t, loss=loss, target_format=fmt, block=block, stages=stages, num_warps=warps)
+    torch.cuda.synchronize()
+
+
+def checked(fn, check, rows):
+    rows_sampled, ref_loss, ref_grad = check
+    value, grad = fn()
+    loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
+    grad_err = float((grad[rows_sampled].double() * rows / len(rows_sampled) - ref_grad).norm() / ref_grad.norm())
+    if max(loss_err, grad_err) > 1e-2:
+        raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
+    return triton.testing.do_bench(fn, return_mode="median"), max(loss_err, grad_err)
+
+
+def time_cells(vocabs):
+    copy = copy_gbps()
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_gbps_recorded": copy, "torch": torch.__version__,
+                      "triton": triton.__version__}), flush=True)
+    for vocab in vocabs:
+        for loss, fmt in LOSSES:
+            x, t = inputs(fmt, vocab, TOKENS)
+            nbytes = cell_bytes(fmt, vocab, TOKENS)
+            # a torch copy of the same bytes: the session's own copy ceiling
+            src = torch.empty(nbytes // 4, dtype=torch.bfloat16, device="cuda").normal_()
+            dst = torch.empty_like(src)
+            copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+            session_copy = nbytes / copy_ms / 1e6
+            del src, dst
+            check = references(x, t, loss, fmt)
+            base = {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS}
+
+            def emit(record, ms, err):
+                print(json.dumps({**base, **record, "ms": round(ms, 4), "err": round(err, 5),
+                                  "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
+                                  "pct_session": round(nbytes / ms / 1e6 / session_copy * 100, 1)}), flush=True)
+
+            ms, err = checked(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt), check,
+                              TOKENS)
+            emit({"cfg": "public"}, ms, err)
+            for block, warps, stages in CONFIGS:
+                for per_sm in per_sm_choices(fmt, block, stages):
+                    record = {"cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}
+                    try:
+                        ms, err = checked(lambda: streamed_row_loss(
+                            x, t, loss=loss, target_format=fmt, block=block, stages=stages, num_warps=warps,
+                            programs_per_sm=per_sm), check, TOKENS)
+                        emit(record, ms, err)
+                    except AssertionError as error:  # a wrong result is recorded, and the run goes on
+                        print(json.dumps({**base, **record, "error": str(error)}), flush=True)
+            del x, t, check
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "compile":
+        compile_share(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "time":
+        time_cells([int(v) for v in sys.argv[2:]] or VOCABS)
+    else:
+        raise SystemExit(__doc__)
