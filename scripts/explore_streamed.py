@@ -3,6 +3,11 @@ beside the product's public call, in one process, at 4096 tokens.
 
   python scripts/explore_streamed.py compile PART PARTS   # compile a share of the configurations (16-row inputs)
   python scripts/explore_streamed.py time [VOCAB ...]     # check and time every configuration: one JSON line each
+  python scripts/explore_streamed.py probe                # run AA's best beside the public call, once each between
+                                                          # cudaProfilerStart/Stop, for:
+  ncu --clock-control none --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats \
+      --section InstructionStats -o streamed python scripts/explore_streamed.py probe
 
 Each configuration (block, warps, stages, programs per SM) is checked against float64 (the loss over all rows, the
 gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed). Both sides are calls with their
@@ -94,9 +99,40 @@ def time_cells(vocabs):
             torch.cuda.empty_cache()
 
 
+# Run AA's fastest streamed configuration at 4096 x 32000 for labels CE and forward KL (block/warps/stages/per SM).
+PROBES = [("cross_entropy", "labels", 32000, (8192, 4, 5, 3)), ("forward_kl", "logits", 32000, (8192, 4, 3, 2))]
+
+
+def probe():
+    """Each probe's streamed call and the public call, checked, warmed up, then run once each under the profiler:
+    ``ncu --profile-from-start off`` profiles only these launches."""
+    for loss, fmt, vocab, (block, warps, stages, per_sm) in PROBES:
+        x, t = inputs(fmt, vocab, TOKENS)
+        check = references(x, t, loss, fmt)
+        calls = [lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt),
+                 lambda: streamed_row_loss(x, t, loss=loss, target_format=fmt, block=block, stages=stages,
+                                           num_warps=warps, programs_per_sm=per_sm)]
+        for call in calls:
+            rows, ref_loss, _unused = check
+            value, _grad = call()
+            assert float(abs(value.double() - ref_loss) / abs(ref_loss)) < 1e-2
+            call()
+        torch.cuda.synchronize()
+        for call in calls:
+            torch.cuda.profiler.start()
+            call()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        print(json.dumps({"probe": loss, "fmt": fmt, "vocab": vocab, "cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}),
+              flush=True)
+        del x, t, check
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "compile":
         compile_share(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "probe":
+        probe()
     elif sys.argv[1] == "time":
         time_cells([int(v) for v in sys.argv[2:]] or VOCABS)
     else:
