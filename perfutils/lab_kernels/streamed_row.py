@@ -10,6 +10,10 @@ from L2 while the row is recent, and write the gradient. Loads go through a tens
 logits (coordinates in elements, so rows of any length work) and ``tl.range(num_stages=STAGES)`` lets Triton keep
 ``STAGES - 1`` chunks in flight in shared memory, across row and pass boundaries, since the loop is flat.
 
+Measured on an H200 (run AA, ``data/h200/logs/explore_streamed_2026-11-28.txt``): slower than the public call at
+every cell tried, 55-68% of copy against 67-82%; two passes convert and exponentiate every element twice, and the
+distribution losses' second read misses L2. Kept as the record of that direction, not as a product candidate.
+
 Exploration only: no bad-row semantics (NaN, all -inf rows), no ignore_index or mask, every row counts, and the
 flat descriptor limits a call to fewer than 2**31 elements. The loss is written per row and summed by the caller.
 """
@@ -138,6 +142,9 @@ def streamed_row_loss(logits: torch.Tensor, target: torch.Tensor, *, loss: str =
         raise ValueError("streamed_row_loss takes contiguous 2-D logits and a contiguous target")
     if logits.numel() >= 2**31:
         raise ValueError("the flat descriptor addresses fewer than 2**31 elements")
+    if logits.shape[1] * logits.element_size() % 16:  # on an H200 such a launch ends in an illegal instruction (run AA)
+        raise ValueError(f"rows of {logits.shape[1]} {logits.dtype} columns do not start 16-byte aligned, which a TMA "
+                         "box through the flat descriptor needs")
     n_rows, n_cols = logits.shape
     global _allocator_set
     if logits.is_cuda and not _allocator_set:
