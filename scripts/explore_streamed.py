@@ -3,6 +3,8 @@ beside the product's public call, in one process, at 4096 tokens.
 
   python scripts/explore_streamed.py compile PART PARTS   # compile a share of the configurations (16-row inputs)
   python scripts/explore_streamed.py time [VOCAB ...]     # check and time every configuration: one JSON line each
+  python scripts/explore_streamed.py resident             # run AB: the resident row made persistent, next rows in
+                                                          # flight through TMA (resident_tma_loss), rows <= 32768
   python scripts/explore_streamed.py probe                # run AA's best beside the public call, once each between
                                                           # cudaProfilerStart/Stop, for:
   ncu --clock-control none --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
@@ -24,7 +26,7 @@ import triton
 
 import kernels
 from explore_lagged import cell_bytes, copy_gbps, inputs, references
-from perfutils.lab_kernels.streamed_row import streamed_row_loss
+from perfutils.lab_kernels.streamed_row import resident_tma_loss, streamed_row_loss
 
 TOKENS = 4096
 LOSSES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
@@ -60,7 +62,13 @@ def checked(fn, check, rows):
     return triton.testing.do_bench(fn, return_mode="median"), max(loss_err, grad_err)
 
 
-def time_cells(vocabs):
+# Run AB: (stages, warps) of resident_tma_loss; a stage holds a whole row (labels) or two (the target's too), so the
+# distribution losses fit one buffer in shared memory only.
+RESIDENT_VOCABS = [32000, 32768]
+RESIDENT_CONFIGS = {"labels": [(2, 16), (3, 16), (2, 32), (3, 32)], "logits": [(2, 16), (2, 32)]}
+
+
+def time_cells(vocabs, resident=False):
     copy = copy_gbps()
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_gbps_recorded": copy, "torch": torch.__version__,
                       "triton": triton.__version__}), flush=True)
@@ -85,6 +93,16 @@ def time_cells(vocabs):
             ms, err = checked(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt), check,
                               TOKENS)
             emit({"cfg": "public"}, ms, err)
+            if resident:
+                for stages, warps in RESIDENT_CONFIGS[fmt]:
+                    record = {"cfg": f"resident/{warps}/s{stages}"}
+                    try:
+                        ms, err = checked(lambda: resident_tma_loss(x, t, loss=loss, target_format=fmt, stages=stages,
+                                                                    num_warps=warps), check, TOKENS)
+                        emit(record, ms, err)
+                    except AssertionError as error:
+                        print(json.dumps({**base, **record, "error": str(error)}), flush=True)
+                continue
             for block, warps, stages in CONFIGS:
                 for per_sm in per_sm_choices(fmt, block, stages):
                     record = {"cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}
@@ -103,6 +121,9 @@ def time_cells(vocabs):
 PROBES = [("cross_entropy", "labels", 32000, (8192, 4, 5, 3)), ("forward_kl", "logits", 32000, (8192, 4, 3, 2))]
 
 
+PROBE_RESIDENT = {}  # fmt -> (stages, warps) of resident_tma_loss: `probe-resident S W S W` sets it
+
+
 def probe():
     """Each probe's streamed call and the public call, checked, warmed up, then run once each under the profiler:
     ``ncu --profile-from-start off`` profiles only these launches."""
@@ -112,6 +133,9 @@ def probe():
         calls = [lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt),
                  lambda: streamed_row_loss(x, t, loss=loss, target_format=fmt, block=block, stages=stages,
                                            num_warps=warps, programs_per_sm=per_sm)]
+        if PROBE_RESIDENT:  # run AB's probe: the persistent resident row instead of the streamed rows
+            stages, warps = PROBE_RESIDENT[fmt]
+            calls[1] = lambda: resident_tma_loss(x, t, loss=loss, target_format=fmt, stages=stages, num_warps=warps)
         for call in calls:
             rows, ref_loss, _unused = check
             value, _grad = call()
@@ -131,7 +155,12 @@ def probe():
 if __name__ == "__main__":
     if sys.argv[1] == "compile":
         compile_share(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "resident":
+        time_cells(RESIDENT_VOCABS, resident=True)
     elif sys.argv[1] == "probe":
+        probe()
+    elif sys.argv[1] == "probe-resident":
+        PROBE_RESIDENT.update(labels=(int(sys.argv[2]), int(sys.argv[3])), logits=(int(sys.argv[4]), int(sys.argv[5])))
         probe()
     elif sys.argv[1] == "time":
         time_cells([int(v) for v in sys.argv[2:]] or VOCABS)

@@ -1,5 +1,5 @@
-"""perfutils.lab_kernels.streamed_row (issue 39's exploration of TMA-streamed rows): the four losses against the
-float64 reference, rows that span several chunks and a last partial chunk, and the inputs it refuses."""
+"""perfutils.lab_kernels.streamed_row (issue 39's explorations of loads through TMA): both kernels' four losses against
+the float64 reference (rows over several chunks with a last partial one; rows in one tile), and the inputs refused."""
 
 import os
 
@@ -11,21 +11,25 @@ if not torch.cuda.is_available():  # must precede the first import of triton's @
 import pytest  # noqa: E402
 
 from kernels import reference  # noqa: E402
-from perfutils.lab_kernels.streamed_row import streamed_row_loss  # noqa: E402
+from perfutils.lab_kernels.streamed_row import resident_tma_loss, streamed_row_loss  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CASES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
 
 
 @pytest.mark.parametrize("loss,target_format", CASES)
-@pytest.mark.parametrize("rows,columns,block", [(5, 40, 16), (3, 64, 16), (4, 104, 32)])
+@pytest.mark.parametrize("rows,columns,block", [(5, 40, 16), (3, 64, 16), (4, 104, 32), (7, 40, None)])
 def test_matches_float64(loss, target_format, rows, columns, block):
-    generator = torch.Generator().manual_seed(rows * columns + block)
+    generator = torch.Generator().manual_seed(rows * columns + (block or 0))
     logits = (torch.randn(rows, columns, generator=generator) * 3).to(DEVICE)
     target = (torch.randint(0, columns, (rows,), generator=generator) if target_format == "labels"
               else torch.randn(rows, columns, generator=generator) * 3).to(DEVICE)
-    value, grad = streamed_row_loss(logits, target, loss=loss, target_format=target_format, block=block, stages=2,
-                                    num_warps=1, grad_output=0.5)
+    if block is None:  # the resident kernel: a row in one tile, programs walking rows
+        value, grad = resident_tma_loss(logits, target, loss=loss, target_format=target_format, num_warps=1,
+                                        programs_per_sm=3, grad_output=0.5)
+    else:
+        value, grad = streamed_row_loss(logits, target, loss=loss, target_format=target_format, block=block,
+                                        stages=2, num_warps=1, grad_output=0.5)
     logits64 = logits.double().requires_grad_()
     expected = reference.entropy_loss(logits64, target if target_format == "labels" else target.double(), loss=loss,
                                       target_format=target_format)

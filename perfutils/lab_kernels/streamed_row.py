@@ -135,30 +135,82 @@ def streamed_row_loss(logits: torch.Tensor, target: torch.Tensor, *, loss: str =
                       target_format: str = "labels", block: int = 4096, stages: int = 4, num_warps: int = 8,
                       programs_per_sm: int = 1, grad_output: float = 1.0):
     """(mean loss, gradient) of a contiguous 2-D call through :func:`streamed_row_kernel` (exploration)."""
+    return _launch(streamed_row_kernel, logits, target, loss, target_format, block, stages, num_warps,
+                   programs_per_sm, grad_output)
+
+
+def _launch(kernel, logits, target, loss, target_format, block, stages, num_warps, programs_per_sm, grad_output):
+    global _allocator_set
     key = f"{loss}/{target_format}"
     if key not in LOSSES:
         raise ValueError(f"loss/target_format must be one of {sorted(LOSSES)}, got {key}")
     if logits.dim() != 2 or not logits.is_contiguous() or not target.is_contiguous():
-        raise ValueError("streamed_row_loss takes contiguous 2-D logits and a contiguous target")
+        raise ValueError("the TMA explorations take contiguous 2-D logits and a contiguous target")
     if logits.numel() >= 2**31:
-        raise ValueError("the flat descriptor addresses fewer than 2**31 elements")
+        raise ValueError("a descriptor's coordinates address fewer than 2**31 elements")
     if logits.shape[1] * logits.element_size() % 16:  # on an H200 such a launch ends in an illegal instruction (run AA)
         raise ValueError(f"rows of {logits.shape[1]} {logits.dtype} columns do not start 16-byte aligned, which a TMA "
-                         "box through the flat descriptor needs")
+                         "box needs")
     n_rows, n_cols = logits.shape
-    global _allocator_set
     if logits.is_cuda and not _allocator_set:
         triton.set_allocator(_scratch)  # device-side descriptors live in a global scratch buffer
         _allocator_set = True
-    if logits.is_cuda:
-        sms = torch.cuda.get_device_properties(logits.device).multi_processor_count
-    else:
-        sms = 1
+    sms = torch.cuda.get_device_properties(logits.device).multi_processor_count if logits.is_cuda else 1
     grad = torch.empty_like(logits)
     row_loss = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     programs = max(1, min(n_rows, programs_per_sm * sms))
     is_labels = LOSSES[key] == 0
-    streamed_row_kernel[(programs,)](
+    kernel[(programs,)](
         logits, logits if is_labels else target, target if is_labels else logits, grad, row_loss, n_rows, n_cols,
         grad_output / n_rows, LOSS=LOSSES[key], BLOCK=block, STAGES=stages, num_warps=num_warps)
     return row_loss.sum() / n_rows * grad_output, grad
+
+
+@triton.jit
+def resident_tma_kernel(logits_ptr, target_ptr, labels_ptr, grad_ptr, row_loss_ptr, n_rows, n_cols, grad_scale,
+                        LOSS: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr):
+    """The resident row made persistent: a program walks rows, each whole row read into registers in one tile, and
+    the next ``STAGES - 1`` rows' loads already landing in shared memory through TMA while it works on this one."""
+    pid = tl.program_id(0)
+    x_desc = tl.make_tensor_descriptor(logits_ptr, shape=[n_rows, n_cols], strides=[n_cols, 1], block_shape=[1, BLOCK])
+    if LOSS != 0:
+        t_desc = tl.make_tensor_descriptor(target_ptr, shape=[n_rows, n_cols], strides=[n_cols, 1],
+                                           block_shape=[1, BLOCK])
+    offsets = tl.arange(0, BLOCK)
+    in_row = offsets < n_cols
+    for row in tl.range(pid, n_rows, tl.num_programs(0), num_stages=STAGES):
+        x = tl.where(in_row, tl.reshape(x_desc.load([row, 0]), [BLOCK]).to(tl.float32), -float("inf"))
+        if LOSS != 0:
+            t = tl.where(in_row, tl.reshape(t_desc.load([row, 0]), [BLOCK]).to(tl.float32), -float("inf"))
+        else:
+            t = x
+        x_max, x_sum, t_max, t_sum, cross = _chunk_summaries(x, t, in_row, -float("inf"), 0.0, -float("inf"), 0.0,
+                                                             0.0, LOSS)
+        x_lse = x_max + tl.log(x_sum)
+        x_prob = tl.exp2((x - x_max) * 1.4426950408889634) * (grad_scale / x_sum)
+        if LOSS == 0:
+            label = tl.load(labels_ptr + row).to(tl.int32)
+            loss = x_lse - tl.sum(tl.where(offsets == label, x, 0.0), axis=0)
+            grad = x_prob - tl.where(offsets == label, grad_scale, 0.0)
+        else:
+            t_lse = t_max + tl.log(t_sum)
+            if LOSS == 1:
+                loss = cross / t_sum - t_lse + x_lse
+                grad = x_prob - tl.exp2((t - t_max) * 1.4426950408889634) * (grad_scale / t_sum)
+            elif LOSS == 2:
+                loss = cross / x_sum - x_lse + t_lse
+                grad = x_prob * ((x - t) - (x_lse - t_lse + loss))
+            else:
+                loss = x_lse - cross / t_sum
+                grad = x_prob - tl.exp2((t - t_max) * 1.4426950408889634) * (grad_scale / t_sum)
+        tl.store(row_loss_ptr + row, loss)
+        tl.store(grad_ptr + row * n_cols + offsets, grad.to(grad_ptr.dtype.element_ty), mask=in_row)
+
+
+def resident_tma_loss(logits: torch.Tensor, target: torch.Tensor, *, loss: str = "cross_entropy",
+                      target_format: str = "labels", stages: int = 2, num_warps: int = 16, programs_per_sm: int = 1,
+                      grad_output: float = 1.0):
+    """(mean loss, gradient) of a contiguous 2-D call through :func:`resident_tma_kernel` (exploration): the row in
+    one tile (``BLOCK`` the next power of two of its width)."""
+    return _launch(resident_tma_kernel, logits, target, loss, target_format, triton.next_power_of_2(logits.shape[1]),
+                   stages, num_warps, programs_per_sm, grad_output)
