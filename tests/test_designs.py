@@ -1,0 +1,40 @@
+"""perfutils.plots.designs: a design's best configuration per cell against the public call, and Nsight evidence."""
+
+import pandas as pd
+import pytest
+
+from perfutils.plots import designs
+
+
+def record(cfg, ms, pct, vocab=32000, loss="forward_kl", fmt="logits"):
+    return {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": 4096, "cfg": cfg, "ms": ms, "pct": pct}
+
+
+def test_best_against_public_takes_the_fastest_checked_configuration():
+    records = [record("public", 0.20, 80.0), record("a", 0.30, 53.3), record("b", 0.25, 64.0),
+               {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "c", "error": "wrong result"},
+               record("public", 0.10, 70.0, vocab=50304), record("a", 0.08, 87.5, vocab=50304)]
+    best = designs.best_against_public(records, "d")
+    assert list(best["best_cfg"]) == ["b", "a"]
+    assert best["time_ratio"].tolist() == pytest.approx([1.25, 0.8])
+    assert list(best["loss"]) == ["forward_kl/logits"] * 2
+    reading = designs.designs_reading(best)
+    assert "faster than the public call at 1 of 2 cells" in reading and "64.0–87.5% of copy" in reading
+
+
+def test_a_cell_without_the_public_call_is_left_out():
+    assert designs.best_against_public([record("a", 0.3, 50.0)], "d").empty
+
+
+def test_nsight_evidence_keeps_loss_kernels_in_order_with_their_cells():
+    details = pd.DataFrame({"kernel": ["resident_row_kernel", "vectorized_elementwise_kernel", "streamed_row_kernel",
+                                       "split_row_lagged_kernel", "streamed_row_kernel"],
+                            **{metric: [1e6, 0, 2e6, 3e6, 4e6] for metric in designs.EVIDENCE}})
+    table = designs.nsight_evidence(details, "d", cells=["x", "y"])
+    assert list(table["kernel"]) == ["resident_row_kernel", "streamed_row_kernel", "split_row_lagged_kernel",
+                                     "streamed_row_kernel"]
+    assert list(table["cell"]) == ["x", "x", "y", "y"]
+    assert table["us"].tolist() == [1e3, 2e3, 3e3, 4e3]  # ns from the parser
+    assert table["instructions_M"].tolist() == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="split evenly"):
+        designs.nsight_evidence(details, "d", cells=["x", "y", "z"])
