@@ -147,8 +147,8 @@ def probe():
             call()
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
-        print(json.dumps({"probe": loss, "fmt": fmt, "vocab": vocab, "cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}),
-              flush=True)
+        label = (f"resident/{warps}/s{stages}" if PROBE_RESIDENT else f"{block}/{warps}/s{stages}/p{per_sm}")
+        print(json.dumps({"probe": loss, "fmt": fmt, "vocab": vocab, "cfg": label}), flush=True)
         del x, t, check
 
 

@@ -12,7 +12,10 @@ logits (coordinates in elements, so rows of any length work) and ``tl.range(num_
 
 Measured on an H200 (run AA, ``data/h200/logs/explore_streamed_2026-11-28.txt``): slower than the public call at
 every cell tried, 55-68% of copy against 67-82%; two passes convert and exponentiate every element twice, and the
-distribution losses' second read misses L2. Kept as the record of that direction, not as a product candidate.
+distribution losses' second read misses L2. :func:`resident_tma_kernel` keeps the product's one pass (a row in one
+tile) and adds only the next rows' loads through TMA (run AB, ``explore_resident_tma_2026-11-28.txt``): 25-46% of
+copy, one program an SM leaving all its warps in the same phase of one row. Both are kept as the record of that
+direction, not as product candidates.
 
 Exploration only: no bad-row semantics (NaN, all -inf rows), no ignore_index or mask, every row counts, and the
 flat descriptor limits a call to fewer than 2**31 elements. The loss is written per row and summed by the caller.
