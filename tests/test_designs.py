@@ -18,8 +18,18 @@ def test_best_against_public_takes_the_fastest_checked_configuration():
     assert list(best["best_cfg"]) == ["b", "a"]
     assert best["time_ratio"].tolist() == pytest.approx([1.25, 0.8])
     assert list(best["loss"]) == ["forward_kl/logits"] * 2
+    assert list(best["baseline"]) == ["public call"] * 2
     reading = designs.designs_reading(best)
     assert "faster than the public call at 1 of 2 cells" in reading and "64.0–87.5% of copy" in reading
+
+
+def test_a_marker_sets_the_product_plans_against_the_variation():
+    records = [record("stream4096/4", 0.10, 99.0), record("2048/4", 0.30, 60.0), record("4096/4", 0.24, 70.0),
+               record("2048/4/tm", 0.33, 55.0), record("4096/4/tm/re1", 0.28, 58.0)]
+    best = designs.best_against_public(records, "d", marker="/tm")
+    assert best[["baseline", "best_cfg"]].values.tolist() == [["plan 4096/4", "4096/4/tm/re1"]]
+    assert best["time_ratio"].iloc[0] == pytest.approx(0.28 / 0.24)
+    assert "faster than the product's plans at 0 of 1 cells" in designs.designs_reading(best)
 
 
 def test_a_cell_without_the_public_call_is_left_out():

@@ -1,6 +1,7 @@
-"""Kernel designs tried beside the public call (issue 39's explorations): each design's best configuration per cell,
+"""Kernel designs tried beside the product (issue 39's explorations): each design's best configuration per cell,
 the Nsight Compute evidence of why, and a sentence. Inputs are DataFrames and exploration records (a log's JSON
-lines with a ``cfg`` of ``"public"`` for the product's public call, timed in the same process)."""
+lines: the product's public call as ``cfg`` "public", timed in the same process, or the product's plans beside the
+variation's)."""
 
 from __future__ import annotations
 
@@ -13,24 +14,30 @@ EVIDENCE = {"Duration": "us", "Executed Instructions": "instructions_M", "Regist
             "Local Memory Spilling Requests": "spill_requests_M"}
 
 
-def best_against_public(records, design: str) -> pd.DataFrame:
-    """Per cell (loss/target format, vocab), the public call and ``design``'s fastest checked configuration: their %
-    of copy, and the design's time over the public call's."""
-    frame = pd.DataFrame([r for r in records if "ms" in r])
+def best_against_public(records, design: str, marker: str | None = None) -> pd.DataFrame:
+    """Per cell (loss/target format, vocab), the baseline's and ``design``'s fastest checked configuration: their % of
+    copy, and the design's time over the baseline's. The baseline is the public call (``cfg`` "public"), or with
+    ``marker`` the plans whose label lacks it (a kernel-only run of the product's plans beside its variation, whose
+    labels contain ``marker``); a run's plain-stream rows are left out."""
+    frame = pd.DataFrame([r for r in records if "ms" in r and not r["cfg"].startswith("stream")])
+    columns = ["design", "loss", "vocab", "baseline", "baseline_pct", "best_cfg", "design_pct", "time_ratio"]
     if frame.empty:
-        return pd.DataFrame(columns=["design", "loss", "vocab", "public_pct", "best_cfg", "design_pct", "time_ratio"])
+        return pd.DataFrame(columns=columns)
     frame["loss"] = frame["loss"] + "/" + frame["fmt"]
+    in_design = (frame["cfg"] != "public") if marker is None else frame["cfg"].str.contains(marker, regex=False)
     rows = []
     for (loss, vocab), cell in frame.groupby(["loss", "vocab"], sort=False):
-        public = cell[cell["cfg"] == "public"]
-        tried = cell[cell["cfg"] != "public"]
-        if public.empty or tried.empty:
+        baseline = cell[~in_design.loc[cell.index]]
+        tried = cell[in_design.loc[cell.index]]
+        if baseline.empty or tried.empty:
             continue
+        base = baseline.loc[baseline["ms"].idxmin()]
         best = tried.loc[tried["ms"].idxmin()]
-        rows.append({"design": design, "loss": loss, "vocab": int(vocab), "public_pct": public["pct"].iloc[0],
-                     "best_cfg": best["cfg"], "design_pct": best["pct"],
-                     "time_ratio": best["ms"] / public["ms"].iloc[0]})
-    return pd.DataFrame(rows)
+        rows.append({"design": design, "loss": loss, "vocab": int(vocab),
+                     "baseline": "public call" if marker is None else f"plan {base['cfg']}",
+                     "baseline_pct": base["pct"], "best_cfg": best["cfg"], "design_pct": best["pct"],
+                     "time_ratio": best["ms"] / base["ms"]})
+    return pd.DataFrame(rows, columns=columns)
 
 
 LOSS_KERNELS = ("streamed_row", "resident_tma", "resident_row", "split_row", "fused", "two_pass")
@@ -54,13 +61,14 @@ def nsight_evidence(details: pd.DataFrame, design: str, cells=None) -> pd.DataFr
 
 
 def designs_reading(best: pd.DataFrame) -> str:
-    """One sentence per design: at how many cells it beat the public call, and the span of both sides' % of copy."""
+    """One sentence per design: at how many cells it beat its baseline, and the span of both sides' % of copy."""
     sentences = []
     for design, part in best.groupby("design", sort=False):
         faster = int((part["time_ratio"] < 1).sum())
+        against = "the public call" if (part["baseline"] == "public call").all() else "the product's plans"
         sentences.append(
-            f"**{design}**: faster than the public call at {faster} of {len(part)} cells; "
+            f"**{design}**: faster than {against} at {faster} of {len(part)} cells; "
             f"{part['design_pct'].min():.1f}–{part['design_pct'].max():.1f}% of copy against "
-            f"{part['public_pct'].min():.1f}–{part['public_pct'].max():.1f}% "
-            f"({part['time_ratio'].min():.2f}–{part['time_ratio'].max():.2f}× the public call's time).")
+            f"{part['baseline_pct'].min():.1f}–{part['baseline_pct'].max():.1f}% "
+            f"({part['time_ratio'].min():.2f}–{part['time_ratio'].max():.2f}× their time).")
     return " ".join(sentences)
