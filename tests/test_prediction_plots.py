@@ -214,3 +214,20 @@ def test_counted_steps_reach_the_check_and_split_into_fixed_and_per_element(tmp_
     assert lagged["steps"] == pytest.approx(4096 * 16 / 1056 + 2)
     assert residuals.loc[1, "median_us"] == pytest.approx((0.31 - lagged["predicted_ms"]) * 1e3 / lagged["steps"])
     assert pp.residual_reading(residuals).count("µs") == 2
+
+
+def test_round_trip_check_fits_on_half_and_checks_the_other():
+    from perfutils.plots.prediction import round_trip_check, round_trip_reading
+
+    # measured = predicted + 0.5 us a step, exactly: the fitted trip is 0.5 and the held-out error vanishes
+    rows = [{"loss": "forward_kl", "target_format": "logits", "vocab": vocab, "config": f"{block}/4",
+             "design": "lagged", "counted": True, "steps": steps, "predicted_ms": 0.2,
+             "measured_ms": 0.2 + 0.5e-3 * steps, "measured_pct": 60.0}
+            for vocab in (32000, 131072) for block, steps in ((2048, 100.0), (4096, 50.0))]
+    rows.append({**rows[0], "config": "1024/4", "counted": False, "measured_ms": 9.0})  # not counted: left out
+    table = round_trip_check(pd.DataFrame(rows))
+    assert table.loc[0, "round_trip_us"] == pytest.approx(0.5)
+    assert (table.loc[0, "fitted_on"], table.loc[0, "checked_on"]) == (2, 2)
+    assert table.loc[0, "error_pct_with"] == pytest.approx(0.0, abs=1e-9)
+    assert table.loc[0, "error_pct_without"] > 10
+    assert "0.50 µs a step" in round_trip_reading(table)
