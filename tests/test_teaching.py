@@ -20,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from perfutils.lab_kernels.teaching import activations, evonorm, label_index, softmax, vector_add  # noqa: E402
+from perfutils.lab_kernels.teaching import activations, evonorm, label_index, lagged_exchange, softmax, vector_add  # noqa: E402,E501
+from kernels import reference  # noqa: E402
 from perfutils import notebook  # noqa: E402
 from perfutils.studies import teaching as measure  # noqa: E402
 from perfutils.model import compiled_kernel  # noqa: E402
@@ -413,3 +414,48 @@ def test_teaching_sentences_say_what_the_recorded_tables_show():
     fusion = measure.load_study(data, "h100-sxm-80gb", "fusion")
     assert "the host loop takes longer than the GPU time" in text.latency_reading(plots.flat_region(fusion))
     assert "(3 of 3 within 5%)" in text.throughput_reading(plots.fusion_at_largest(fusion, model))
+
+
+@pytest.mark.parametrize("rows,columns,block,lag,slots", [(7, 100, 32, 2, 3), (5, 64, 16, 1, 2), (9, 70, 64, 3, 4),
+                                                          (4, 33, 16, 2, 5), (1, 16, 16, 2, 1)])
+def test_lagged_exchange_matches_float64(rows, columns, block, lag, slots):
+    """Rows over several chunks or one, a last partial chunk, fewer rows than slots, lags of 1 to 3: on a CPU one
+    launch per step (the persistent form's programs would poll each other under the interpreter)."""
+    generator = torch.Generator().manual_seed(rows * columns + lag)
+    logits = (torch.randn(rows, columns, generator=generator) * 3).to(DEVICE)
+    labels = torch.randint(0, columns, (rows,), generator=generator).to(DEVICE)
+    value, grad = lagged_exchange.lagged_cross_entropy(logits, labels, block=block, lag=lag, slots=slots,
+                                                       num_warps=1, persistent=False)
+    logits64 = logits.double().requires_grad_()
+    expected = reference.entropy_loss(logits64, labels)
+    expected.backward()
+    assert float(abs(value.double() - expected.detach())) <= 1e-5 * max(1.0, float(abs(expected)))
+    assert torch.allclose(grad.double(), logits64.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_lagged_exchange_refuses_bad_arguments():
+    logits, labels = torch.randn(4, 64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="block must be a power of two"):
+        lagged_exchange.lagged_cross_entropy(logits, labels, block=24)
+    with pytest.raises(ValueError, match="lag must be an int"):
+        lagged_exchange.lagged_cross_entropy(logits, labels, block=16, lag=0)
+    with pytest.raises(ValueError, match="slots must be an int"):
+        lagged_exchange.lagged_cross_entropy(logits, labels, block=16, slots=0, persistent=False)
+    with pytest.raises(ValueError, match="one int per row"):
+        lagged_exchange.lagged_cross_entropy(logits, labels[:3], block=16)
+    with pytest.raises(ValueError, match="contiguous 2-D"):
+        lagged_exchange.lagged_cross_entropy(logits.t(), labels, block=16)
+
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the persistent form's programs poll each other: a GPU")
+@pytest.mark.parametrize("rows,columns,block", [(4096, 32000, 2048), (300, 50257, 4096), (3, 100, 32)])
+def test_lagged_exchange_persistent_on_the_gpu(rows, columns, block):
+    logits = (torch.randn(rows, columns, device="cuda") * 2).to(torch.bfloat16)
+    labels = torch.randint(0, columns, (rows,), device="cuda")
+    value, grad = lagged_exchange.lagged_cross_entropy(logits, labels, block=block)
+    logits64 = logits.double().requires_grad_()
+    expected = reference.entropy_loss(logits64, labels)
+    expected.backward()
+    assert float(abs(value.double() - expected.detach())) <= 1e-5 * max(1.0, float(abs(expected)))
+    assert float((grad.double() - logits64.grad).norm() / logits64.grad.norm()) <= 1e-2  # bf16 gradient

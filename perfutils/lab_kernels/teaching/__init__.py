@@ -1,5 +1,5 @@
-"""Teaching kernels of notebooks 05 (register pressure), 06 (Triton basics) and 07 (fusion): small, commented line by
-line.
+"""Teaching kernels of notebooks 05 (register pressure), 06 (Triton basics), 07 (fusion) and 12 (the learning path):
+small, commented line by line.
 
 The notebooks display their source instead of defining them; each module holds one kernel (or one family),
 its host wrapper, its PyTorch reference and the traffic the notebook counts:
@@ -10,6 +10,8 @@ its host wrapper, its PyTorch reference and the traffic the notebook counts:
 * ``evonorm`` (07): a normalisation + activation (EvoNorm-B0 style) fused into one pass;
 * ``label_index`` (05): cross-entropy's one-hot term with the label tested in the row's int64 frame or the tile's
   int32 one (what the index arithmetic costs in registers and instructions);
+* ``lagged_exchange`` (12, step 7): the lagged split-row exchange of ``kernels.split_row`` without the product's
+  machinery, cross-entropy from labels, one launch per step on a CPU;
 * ``checks``: the argument checks they share.
 
 Measured by :mod:`perfutils.studies.teaching`, drawn by :mod:`perfutils.plots.teaching`.
