@@ -36,7 +36,7 @@ from .model.roofline import loss_cost
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
-           "step_functions", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt", "knob_options",
+           "step_functions", "teaching_function", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt", "knob_options",
            "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "fused_today", "knob_text",
            "sass_excerpt", "live_case", "measure_path", "with_live", "constexpr_defaults", "fold_constexprs",
            "without_docstring", "folded_switches", "exercise_variant", "exercise_check", "exercise_model",
@@ -92,6 +92,7 @@ class PathStep:
     diff_from: tuple | None = None  # ("kernels.split_row", "split_row_cooperative_kernel")
     fold: tuple = ()  # constexpr switches of later work, fixed at their defaults before diffing (fold_constexprs)
     read_first: tuple = ()  # text of the lines that carry the step's idea, in the order to read them (key_lines)
+    teaching: tuple = ()  # (module, name) of a lab kernel that shows the step's idea at teaching size, shown first
 
     @property
     def measured(self) -> bool:
@@ -190,6 +191,7 @@ STEPS: tuple[PathStep, ...] = (
              before=Pick("split_row_wait_tuning", RKL + (("vocab", 131072),), fastest=True),
              diff_from=("kernels.split_row", "split_row_cooperative_kernel"),
              fold=("PEEL", "VEC", "PREFETCH", "READ_AHEAD", "FAST_MATH"),
+             teaching=("perfutils.lab_kernels.teaching.lagged_exchange", "lagged_exchange_kernel"),
              read_first=("behind = LAG_STEPS * n_slots", "old = tl.maximum(row - behind, 0)",
                          "x_cur, t_cur = load_chunk(logits_ptr, target_ptr, cur,", "x_old, t_old = load_raw_tiles(",
                          "all_m_x, all_s_x, all_m_t, all_s_t, all_acc = wait_for_summaries(summaries",
@@ -406,6 +408,14 @@ def speedups(frame: pd.DataFrame, one_process: pd.DataFrame | None = None) -> pd
         ratio = (sides["before"] / sides["after"]) if {"before", "after"} <= set(sides.columns) else pd.Series(dtype=float)
         out["one-process speed-up"] = out["step"].map(ratio)
     return out
+
+
+def teaching_function(step: PathStep):
+    """The lab kernel that shows ``step``'s idea at teaching size (None when the step has none)."""
+    if not step.teaching:
+        return None
+    module, name = step.teaching
+    return getattr(importlib.import_module(module), name)
 
 
 def step_functions(step: PathStep) -> list:

@@ -369,3 +369,11 @@ def test_every_steps_key_lines_are_in_todays_source():
     lagged = next(step for step in lp.STEPS if step.key == "lagged")
     with pytest.raises(ValueError, match="no line"):
         lp.key_lines(replace(lagged, read_first=("a line no kernel holds",)))
+
+
+def test_the_lagged_step_shows_its_idea_at_teaching_size():
+    steps = {step.key: step for step in lp.STEPS}
+    from perfutils.lab_kernels.teaching import lagged_exchange
+
+    assert lp.teaching_function(steps["lagged"]) is lagged_exchange.lagged_exchange_kernel
+    assert all(lp.teaching_function(step) is None for key, step in steps.items() if not step.teaching)
