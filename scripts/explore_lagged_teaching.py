@@ -5,8 +5,8 @@ the product's public call, cross-entropy from labels, bf16, in one process.
   python scripts/explore_lagged_teaching.py      # one JSON line per (cell, side)
 
 Each side checked against float64 first (the loss over all rows, the gradient on 16 sampled rows), then timed
-(do_bench median, L2 flushed). pct: % of the GPU's recorded copy bandwidth. The teaching kernel runs one program an
-SM per 4 warps' pair (what it can be sure is resident); the product's plan sizes its grid to what the GPU holds.
+(do_bench median, L2 flushed). pct: % of the GPU's recorded copy bandwidth. Both the teaching kernel and the
+product's plan size their grids to every program the GPU holds at once.
 """
 import json
 

@@ -27,10 +27,11 @@ import triton
 import triton.language as tl
 
 from kernels.launch import interpreting
+from kernels.occupancy import occupancy_of_compiled
 
 from .checks import check_power_of_two
 
-__all__ = ["lagged_exchange_kernel", "lagged_cross_entropy"]
+__all__ = ["lagged_exchange_kernel", "lagged_cross_entropy", "resident_programs"]
 
 
 @triton.jit
@@ -78,7 +79,7 @@ def lagged_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, block: i
                          lag: int = 2, slots: int | None = None, persistent: bool | None = None):
     """(mean cross-entropy, its gradient) of contiguous 2-D ``logits`` and int ``labels`` through
     :func:`lagged_exchange_kernel`: rows cut into chunks of ``block`` columns, ``slots`` rows in flight (default:
-    as many as the GPU surely holds at once; on a CPU 3). ``persistent`` (default: on a GPU, not under the interpreter):
+    as many as the GPU holds at once, :func:`resident_programs`; on a CPU 3). ``persistent`` (default: on a GPU, not under the interpreter):
     one launch whose programs poll each other, else one launch per step."""
     if logits.dim() != 2 or not logits.is_contiguous():
         raise ValueError(f"logits must be a contiguous 2-D tensor, got shape {tuple(logits.shape)}")
@@ -91,26 +92,36 @@ def lagged_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, block: i
     persistent = logits.is_cuda and not interpreting() if persistent is None else persistent
     n_rows, n_cols = logits.shape
     num_chunks = triton.cdiv(n_cols, block)
-    # Programs that poll each other must all be resident: two programs of up to 4 warps fit an SM whatever their
-    # registers (2 x 128 threads x 255 registers < 64K), one of 8 or more (ptxas caps its registers to fit).
-    resident = (torch.cuda.get_device_properties(logits.device).multi_processor_count * max(1, 8 // num_warps)
-                if persistent else None)
-    if slots is None:
-        slots = resident // num_chunks if persistent else 3
-    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-        raise ValueError(f"slots must be an int >= 1 (rows in flight), got {slots!r}: with {num_chunks} chunks a "
-                         "row, use a wider block")
-    if persistent and slots * num_chunks > resident:
-        raise ValueError(f"a persistent launch polls its peers, so all {slots * num_chunks} programs must be "
-                         f"resident at once; this GPU holds {resident} surely: fewer slots or a wider block")
     grad = torch.empty_like(logits)
     row_loss = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     summaries = torch.full((n_rows, num_chunks, 2), float("nan"), dtype=torch.float32, device=logits.device)
+    args = dict(logits_ptr=logits, labels_ptr=labels, grad_ptr=grad, row_loss_ptr=row_loss, summaries_ptr=summaries,
+                n_rows=n_rows, n_cols=n_cols, grad_scale=1.0 / n_rows, NUM_CHUNKS=num_chunks,
+                CHUNKS_POW2=triton.next_power_of_2(num_chunks), BLOCK=block, LAG=lag, WAIT=persistent,
+                num_warps=num_warps)
+    if slots is None:  # on a GPU every row in flight that the GPU holds at once, else 3
+        slots = resident_programs(args, 1, n_rows + lag) // num_chunks if persistent else 3
+        while persistent and slots > 1 and slots * num_chunks > resident_programs(args, slots,
+                                                                                  triton.cdiv(n_rows, slots) + lag):
+            slots -= 1  # another specialization of the launch's integers took more registers
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+        raise ValueError(f"slots must be an int >= 1 (rows in flight), got {slots!r}: with {num_chunks} chunks a "
+                         "row, use a wider block")
     steps = triton.cdiv(n_rows, slots) + lag  # the last LAG steps only finish rows
-    common = dict(n_rows=n_rows, n_cols=n_cols, n_slots=slots, grad_scale=1.0 / n_rows, NUM_CHUNKS=num_chunks,
-                  CHUNKS_POW2=triton.next_power_of_2(num_chunks), BLOCK=block, LAG=lag, num_warps=num_warps)
+    if persistent and slots * num_chunks > resident_programs(args, slots, steps):
+        raise ValueError(f"a persistent launch polls its peers, so all {slots * num_chunks} programs must be "
+                         "resident at once: fewer slots or a wider block")
     launches = [(0, steps)] if persistent else [(step, step + 1) for step in range(steps)]
     for first, last in launches:
-        lagged_exchange_kernel[(slots * num_chunks,)](logits, labels, grad, row_loss, summaries, first_step=first,
-                                                      last_step=last, WAIT=persistent, **common)
+        lagged_exchange_kernel[(slots * num_chunks,)](n_slots=slots, first_step=first, last_step=last, **args)
     return row_loss.mean(), grad
+
+
+def resident_programs(args: dict, slots: int, steps: int) -> int:
+    """How many programs of the persistent launch with these arguments, ``slots`` and ``steps`` the GPU holds at once
+    (its registers and shared memory, by the product's occupancy calculation): the kernel is compiled for these very
+    arguments, as Triton specializes integers (== 1, multiples of 16) and that can change its registers."""
+    device = args["logits_ptr"].device
+    compiled = lagged_exchange_kernel.warmup(**args, n_slots=slots, first_step=0, last_step=steps, grid=(1,))
+    props = torch.cuda.get_device_properties(device)
+    return occupancy_of_compiled(compiled, (props.major, props.minor)).blocks_per_sm * props.multi_processor_count
