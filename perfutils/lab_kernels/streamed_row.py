@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 LOSSES = {"cross_entropy/labels": 0, "forward_kl/logits": 1, "reverse_kl/logits": 2, "cross_entropy/logits": 3}
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(v) = exp2(v * LOG2E)
 
 
 @triton.jit
@@ -36,14 +36,14 @@ def _chunk_summaries(x, t, in_row, x_max, x_sum, t_max, t_sum, cross, LOSS: tl.c
     """Online summaries after one more chunk: maxima, sums of exponentials under them, and the cross term
     (forward KL: sum e^(t-mt) (t-x); reverse KL: sum e^(x-mx) (x-t); CE from logits: sum e^(t-mt) x)."""
     new_x_max = tl.maximum(x_max, tl.max(x, axis=0))
-    x_exp = tl.exp2((x - new_x_max) * 1.4426950408889634)
-    x_rescale = tl.exp2((x_max - new_x_max) * 1.4426950408889634)
+    x_exp = tl.exp2((x - new_x_max) * LOG2E)
+    x_rescale = tl.exp2((x_max - new_x_max) * LOG2E)
     x_sum = x_sum * x_rescale + tl.sum(x_exp, axis=0)
     if LOSS == 0:
         return new_x_max, x_sum, t_max, t_sum, cross
     new_t_max = tl.maximum(t_max, tl.max(t, axis=0))
-    t_exp = tl.exp2((t - new_t_max) * 1.4426950408889634)
-    t_rescale = tl.exp2((t_max - new_t_max) * 1.4426950408889634)
+    t_exp = tl.exp2((t - new_t_max) * LOG2E)
+    t_rescale = tl.exp2((t_max - new_t_max) * LOG2E)
     t_sum = t_sum * t_rescale + tl.sum(t_exp, axis=0)
     if LOSS == 1:
         cross = cross * t_rescale + tl.sum(tl.where(in_row, t_exp * (t - x), 0.0), axis=0)
@@ -52,6 +52,17 @@ def _chunk_summaries(x, t, in_row, x_max, x_sum, t_max, t_sum, cross, LOSS: tl.c
     else:
         cross = cross * t_rescale + tl.sum(tl.where(in_row, t_exp * x, 0.0), axis=0)
     return new_x_max, x_sum, new_t_max, t_sum, cross
+
+
+@triton.jit
+def _distribution_loss(x_lse, t_lse, x_sum, t_sum, cross, LOSS: tl.constexpr):
+    """A row's loss from its summaries (:func:`_chunk_summaries`' cross term; x_lse, t_lse: log-sum-exps)."""
+    if LOSS == 1:  # forward KL: sum p (log p - log q)
+        return cross / t_sum - t_lse + x_lse
+    elif LOSS == 2:  # reverse KL: sum q (log q - log p)
+        return cross / x_sum - x_lse + t_lse
+    else:  # cross-entropy from target logits: -sum p log q
+        return x_lse - cross / t_sum
 
 
 @triton.jit
@@ -104,25 +115,20 @@ def streamed_row_kernel(logits_ptr, target_ptr, labels_ptr, grad_ptr, row_loss_p
                     loss = x_lse - tl.load(logits_ptr + row.to(tl.int64) * n_cols + label).to(tl.float32)
                 else:
                     t_lse = t_max + tl.log(t_sum)
-                    if LOSS == 1:
-                        loss = cross / t_sum - t_lse + x_lse
-                    elif LOSS == 2:
-                        loss = cross / x_sum - x_lse + t_lse
-                    else:
-                        loss = x_lse - cross / t_sum
+                    loss = _distribution_loss(x_lse, t_lse, x_sum, t_sum, cross, LOSS)
                 tl.store(row_loss_ptr + row, loss)
                 scale_x = grad_scale / x_sum
                 scale_t = grad_scale / t_sum
                 if LOSS == 2:  # d/dx_j = q_j ((x_j - t_j) - (x_lse - t_lse) - KL)
                     shift = x_lse - t_lse + loss
         else:
-            x_prob = tl.exp2((x - x_max) * 1.4426950408889634)
+            x_prob = tl.exp2((x - x_max) * LOG2E)
             if LOSS == 0:
                 grad = x_prob * scale_x - tl.where(column + offsets == label, grad_scale, 0.0)
             elif LOSS == 2:
                 grad = x_prob * scale_x * ((x - t) - shift)
             else:
-                grad = x_prob * scale_x - tl.exp2((t - t_max) * 1.4426950408889634) * scale_t
+                grad = x_prob * scale_x - tl.exp2((t - t_max) * LOG2E) * scale_t
             tl.store(grad_ptr + row.to(tl.int64) * n_cols + column + offsets, grad.to(grad_ptr.dtype.element_ty),
                      mask=in_row)
 
@@ -190,22 +196,18 @@ def resident_tma_kernel(logits_ptr, target_ptr, labels_ptr, grad_ptr, row_loss_p
         x_max, x_sum, t_max, t_sum, cross = _chunk_summaries(x, t, in_row, -float("inf"), 0.0, -float("inf"), 0.0,
                                                              0.0, LOSS)
         x_lse = x_max + tl.log(x_sum)
-        x_prob = tl.exp2((x - x_max) * 1.4426950408889634) * (grad_scale / x_sum)
+        x_prob = tl.exp2((x - x_max) * LOG2E) * (grad_scale / x_sum)
         if LOSS == 0:
             label = tl.load(labels_ptr + row).to(tl.int32)
             loss = x_lse - tl.sum(tl.where(offsets == label, x, 0.0), axis=0)
             grad = x_prob - tl.where(offsets == label, grad_scale, 0.0)
         else:
             t_lse = t_max + tl.log(t_sum)
-            if LOSS == 1:
-                loss = cross / t_sum - t_lse + x_lse
-                grad = x_prob - tl.exp2((t - t_max) * 1.4426950408889634) * (grad_scale / t_sum)
-            elif LOSS == 2:
-                loss = cross / x_sum - x_lse + t_lse
+            loss = _distribution_loss(x_lse, t_lse, x_sum, t_sum, cross, LOSS)
+            if LOSS == 2:  # d/dx_j = q_j ((x_j - t_j) - (x_lse - t_lse) - KL)
                 grad = x_prob * ((x - t) - (x_lse - t_lse + loss))
             else:
-                loss = x_lse - cross / t_sum
-                grad = x_prob - tl.exp2((t - t_max) * 1.4426950408889634) * (grad_scale / t_sum)
+                grad = x_prob - tl.exp2((t - t_max) * LOG2E) * (grad_scale / t_sum)
         tl.store(row_loss_ptr + row, loss)
         tl.store(grad_ptr + row * n_cols + offsets, grad.to(grad_ptr.dtype.element_ty), mask=in_row)
 
