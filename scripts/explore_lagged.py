@@ -384,6 +384,13 @@ def checked_ms(plan, check):
     return triton.testing.do_bench(plan.run, return_mode="median"), max(loss_err, grad_err)
 
 
+def checked_call_ms(call, check):
+    """:func:`checked_ms` of a call that returns (loss, gradient) itself (a public call, a lab kernel's wrapper)."""
+    from types import SimpleNamespace
+
+    return checked_ms(SimpleNamespace(run=call), check)
+
+
 def run(phase, cells, configs, part=0, parts=1):
     timing = phase == "time"
     copy = copy_gbps() if timing else None

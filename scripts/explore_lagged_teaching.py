@@ -14,18 +14,11 @@ import torch
 import triton
 
 import kernels
-from explore_lagged import cell_bytes, checked_ms, copy_gbps, inputs, references
+from explore_lagged import cell_bytes, checked_call_ms, copy_gbps, inputs, references
 from perfutils.lab_kernels.teaching.lagged_exchange import lagged_cross_entropy
 
 CELLS = [(4096, 32000), (4096, 131072)]
 CONFIGS = [(2048, 4), (4096, 4)]
-
-
-class Call:
-    """A call as checked_ms times a plan: run() gives (loss, gradient)."""
-
-    def __init__(self, fn):
-        self.run = fn
 
 
 if __name__ == "__main__":
@@ -36,14 +29,14 @@ if __name__ == "__main__":
         x, t = inputs("labels", vocab, tokens)
         check = references(x, t, "cross_entropy", "labels")
         nbytes = cell_bytes("labels", vocab, tokens)
-        sides = [("public", Call(lambda: kernels.entropy_loss_forward_backward(x, t)))]
+        sides = [("public", lambda: kernels.entropy_loss_forward_backward(x, t))]
         for block, warps in CONFIGS:
-            sides.append((f"teaching {block}/{warps}", Call(
-                lambda block=block, warps=warps: lagged_cross_entropy(x, t, block=block, num_warps=warps))))
+            sides.append((f"teaching {block}/{warps}",
+                          lambda block=block, warps=warps: lagged_cross_entropy(x, t, block=block, num_warps=warps)))
             sides.append((f"product plan {block}/{warps}", kernels.prepare(x, t, variant="split_row",
-                                                                           block_size=block, num_warps=warps)))
-        for name, side in sides:
-            ms, err = checked_ms(side, check)
+                                                                           block_size=block, num_warps=warps).run))
+        for name, call in sides:
+            ms, err = checked_call_ms(call, check)
             print(json.dumps({"loss": "cross_entropy", "fmt": "labels", "vocab": vocab, "tokens": tokens, "cfg": name,
                               "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
                               "err": round(err, 5)}), flush=True)

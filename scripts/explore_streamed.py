@@ -25,7 +25,7 @@ import torch
 import triton
 
 import kernels
-from explore_lagged import cell_bytes, copy_gbps, inputs, references
+from explore_lagged import cell_bytes, checked_call_ms, copy_gbps, inputs, references
 from perfutils.lab_kernels.streamed_row import resident_tma_loss, streamed_row_loss
 
 TOKENS = 4096
@@ -50,16 +50,6 @@ def compile_share(part, parts):
             x, t = inputs(fmt, vocab, rows=16)  # the same specialization as 4096 rows (both multiples of 16)
             streamed_row_loss(x, t, loss=loss, target_format=fmt, block=block, stages=stages, num_warps=warps)
     torch.cuda.synchronize()
-
-
-def checked(fn, check, rows):
-    rows_sampled, ref_loss, ref_grad = check
-    value, grad = fn()
-    loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
-    grad_err = float((grad[rows_sampled].double() * rows / len(rows_sampled) - ref_grad).norm() / ref_grad.norm())
-    if max(loss_err, grad_err) > 1e-2:
-        raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
-    return triton.testing.do_bench(fn, return_mode="median"), max(loss_err, grad_err)
 
 
 # Run AB: (stages, warps) of resident_tma_loss; a stage holds a whole row (labels) or two (the target's too), so the
@@ -90,15 +80,15 @@ def time_cells(vocabs, resident=False):
                                   "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
                                   "pct_session": round(nbytes / ms / 1e6 / session_copy * 100, 1)}), flush=True)
 
-            ms, err = checked(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt), check,
-                              TOKENS)
+            ms, err = checked_call_ms(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt),
+                                      check)
             emit({"cfg": "public"}, ms, err)
             if resident:
                 for stages, warps in RESIDENT_CONFIGS[fmt]:
                     record = {"cfg": f"resident/{warps}/s{stages}"}
                     try:
-                        ms, err = checked(lambda: resident_tma_loss(x, t, loss=loss, target_format=fmt, stages=stages,
-                                                                    num_warps=warps), check, TOKENS)
+                        ms, err = checked_call_ms(lambda: resident_tma_loss(
+                            x, t, loss=loss, target_format=fmt, stages=stages, num_warps=warps), check)
                         emit(record, ms, err)
                     except AssertionError as error:
                         print(json.dumps({**base, **record, "error": str(error)}), flush=True)
@@ -107,9 +97,9 @@ def time_cells(vocabs, resident=False):
                 for per_sm in per_sm_choices(fmt, block, stages):
                     record = {"cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}
                     try:
-                        ms, err = checked(lambda: streamed_row_loss(
+                        ms, err = checked_call_ms(lambda: streamed_row_loss(
                             x, t, loss=loss, target_format=fmt, block=block, stages=stages, num_warps=warps,
-                            programs_per_sm=per_sm), check, TOKENS)
+                            programs_per_sm=per_sm), check)
                         emit(record, ms, err)
                     except AssertionError as error:  # a wrong result is recorded, and the run goes on
                         print(json.dumps({**base, **record, "error": str(error)}), flush=True)

@@ -10,11 +10,11 @@ def record(cfg, ms, pct, vocab=32000, loss="forward_kl", fmt="logits"):
     return {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": 4096, "cfg": cfg, "ms": ms, "pct": pct}
 
 
-def test_best_against_public_takes_the_fastest_checked_configuration():
+def test_best_against_product_takes_the_fastest_checked_configuration():
     records = [record("public", 0.20, 80.0), record("a", 0.30, 53.3), record("b", 0.25, 64.0),
                {"loss": "forward_kl", "fmt": "logits", "vocab": 32000, "cfg": "c", "error": "wrong result"},
                record("public", 0.10, 70.0, vocab=50304), record("a", 0.08, 87.5, vocab=50304)]
-    best = designs.best_against_public(records, "d")
+    best = designs.best_against_product(records, "d")
     assert list(best["best_cfg"]) == ["b", "a"]
     assert best["time_ratio"].tolist() == pytest.approx([1.25, 0.8])
     assert list(best["loss"]) == ["forward_kl/logits"] * 2
@@ -26,14 +26,14 @@ def test_best_against_public_takes_the_fastest_checked_configuration():
 def test_a_marker_sets_the_product_plans_against_the_variation():
     records = [record("stream4096/4", 0.10, 99.0), record("2048/4", 0.30, 60.0), record("4096/4", 0.24, 70.0),
                record("2048/4/tm", 0.33, 55.0), record("4096/4/tm/re1", 0.28, 58.0)]
-    best = designs.best_against_public(records, "d", marker="/tm")
+    best = designs.best_against_product(records, "d", marker="/tm")
     assert best[["baseline", "best_cfg"]].values.tolist() == [["plan 4096/4", "4096/4/tm/re1"]]
     assert best["time_ratio"].iloc[0] == pytest.approx(0.28 / 0.24)
     assert "faster than the product's plans at 0 of 1 cells" in designs.designs_reading(best)
 
 
 def test_a_cell_without_the_public_call_is_left_out():
-    assert designs.best_against_public([record("a", 0.3, 50.0)], "d").empty
+    assert designs.best_against_product([record("a", 0.3, 50.0)], "d").empty
 
 
 def test_nsight_evidence_keeps_loss_kernels_in_order_with_their_cells():

@@ -14,7 +14,7 @@ EVIDENCE = {"Duration": "us", "Executed Instructions": "instructions_M", "Regist
             "Local Memory Spilling Requests": "spill_requests_M"}
 
 
-def best_against_public(records, design: str, marker: str | None = None) -> pd.DataFrame:
+def best_against_product(records, design: str, marker: str | None = None) -> pd.DataFrame:
     """Per cell (loss/target format, vocab), the baseline's and ``design``'s fastest checked configuration: their % of
     copy, and the design's time over the baseline's. The baseline is the public call (``cfg`` "public"), or with
     ``marker`` the plans whose label lacks it (a kernel-only run of the product's plans beside its variation, whose
