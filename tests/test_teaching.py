@@ -35,9 +35,10 @@ H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "device": "cuda", "compute_capabili
 
 
 class FakeBackend:
-    """The measurement back end's interface, on the CPU: times follow a simple size model."""
+    """The measurement back end's interface with times from a simple size model; kernels run where the tests run (the
+    interpreter on a CPU, the GPU where there is one)."""
 
-    device = "cpu"
+    device = DEVICE
     cc = None
     warmup_ms = 1.0
     rep_ms = 1.0
@@ -198,8 +199,8 @@ def test_onehot_gradient_frames_match_reference(lane_frame, with_heads):
     """Both frames of the label test write q - onehot(label): labels on both sides of every 64-column tile boundary
     (counted from each row's head), at the first and last columns, and a label past the row (no one-hot at all)."""
     n_cols = 301
-    heads = torch.tensor([0, 3, 7, 1, 5, 0, 2, 6], dtype=torch.int32) if with_heads else None
-    labels = torch.tensor([0, 3 + 63, 7 + 64, 1 + 128, 5 + 255, n_cols - 1, 400, 6 + 192])
+    heads = torch.tensor([0, 3, 7, 1, 5, 0, 2, 6], dtype=torch.int32, device=DEVICE) if with_heads else None
+    labels = torch.tensor([0, 3 + 63, 7 + 64, 1 + 128, 5 + 255, n_cols - 1, 400, 6 + 192], device=DEVICE)
     q = _rand(len(labels), n_cols, seed=3)
     out = label_index.onehot_gradient(q, labels, heads, block=64, lane_frame=lane_frame)
     torch.testing.assert_close(out.double(), label_index.onehot_gradient_reference(q, labels, heads), rtol=0, atol=1e-6)
@@ -214,7 +215,10 @@ def test_onehot_gradient_rejects_bad_arguments():
     with pytest.raises(ValueError, match="int32"):
         label_index.onehot_gradient(q, torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
     with pytest.raises(ValueError, match="contiguous"):
-        label_index.onehot_gradient(q.t(), torch.zeros(100, dtype=torch.int64))
+        label_index.onehot_gradient(q.t(), torch.zeros(100, dtype=torch.int64, device=DEVICE))
+    if DEVICE == "cuda":  # a label tensor left on the CPU: a clear error, not Triton's pointer message
+        with pytest.raises(ValueError, match="q's device"):
+            label_index.onehot_gradient(q, torch.zeros(2, dtype=torch.int64))
 
 
 def test_kernel_source_is_the_jit_function():

@@ -54,6 +54,9 @@ def onehot_gradient(q: torch.Tensor, labels: torch.Tensor, heads: torch.Tensor |
     has_head = heads is not None
     if has_head and (heads.shape != labels.shape or heads.dtype != torch.int32):
         raise ValueError("heads must be an int32 tensor with one entry per row")
+    if labels.device != q.device or (has_head and heads.device != q.device):
+        raise ValueError(f"labels (and heads) must be on q's device ({q.device}), got {labels.device}"
+                         + (f" and {heads.device}" if has_head else ""))
     out = torch.zeros_like(q)
     grid = (q.shape[0], triton.cdiv(q.shape[1], block))
     onehot_gradient_kernel[grid](q, labels, heads if has_head else labels, out, q.shape[1], q.stride(0),
