@@ -36,8 +36,8 @@ from .model.roofline import loss_cost
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
-           "step_functions", "teaching_function", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt", "knob_options",
-           "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "fused_today", "knob_text",
+           "step_functions", "teaching_function", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt",
+           "knob_options", "knob_prediction", "knob_compiled", "knob_measured", "compiled_differently", "fused_today", "knob_text",
            "sass_excerpt", "live_case", "measure_path", "with_live", "constexpr_defaults", "fold_constexprs",
            "without_docstring", "folded_switches", "exercise_variant", "exercise_check", "exercise_model",
            "exercise_answer"]
@@ -410,17 +410,19 @@ def speedups(frame: pd.DataFrame, one_process: pd.DataFrame | None = None) -> pd
     return out
 
 
-def teaching_function(step: PathStep):
-    """The lab kernel that shows ``step``'s idea at teaching size (None when the step has none)."""
-    if not step.teaching:
-        return None
-    module, name = step.teaching
+def _function(module: str, name: str):
+    """A function imported by module and name, so that a renamed kernel fails."""
     return getattr(importlib.import_module(module), name)
 
 
+def teaching_function(step: PathStep):
+    """The lab kernel that shows ``step``'s idea at teaching size (None when the step has none)."""
+    return _function(*step.teaching) if step.teaching else None
+
+
 def step_functions(step: PathStep) -> list:
-    """The ``@triton.jit`` functions a step shows (imported by module and name, so that a renamed kernel fails)."""
-    return [getattr(importlib.import_module(module), name) for module, name in step.functions]
+    """The ``@triton.jit`` functions a step shows."""
+    return [_function(module, name) for module, name in step.functions]
 
 
 def step_diff(step: PathStep, context: int = 1) -> str | None:

@@ -372,23 +372,17 @@ def references(x, t, loss, fmt):
     return rows, ref_loss, ref_grad
 
 
-def checked_ms(plan, check):
-    """Run ``plan`` once and check it against ``check`` (:func:`references`; an AssertionError past 1e-2), then time
-    it (do_bench median, L2 flushed): (ms, the larger relative error of the loss and the gradient)."""
+def checked_ms(call, check):
+    """Run ``call`` (a plan's ``run``, a public call: anything returning (loss, gradient)) once and check it against
+    ``check`` (:func:`references`; an AssertionError past 1e-2), then time it (do_bench median, L2 flushed): (ms, the
+    larger relative error of the loss and the gradient)."""
     rows, ref_loss, ref_grad = check
-    value, grad = plan.run()
+    value, grad = call()
     loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
     grad_err = float((grad[rows].double() * grad.shape[0] / len(rows) - ref_grad).norm() / ref_grad.norm())
     if max(loss_err, grad_err) > 1e-2:
         raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
-    return triton.testing.do_bench(plan.run, return_mode="median"), max(loss_err, grad_err)
-
-
-def checked_call_ms(call, check):
-    """:func:`checked_ms` of a call that returns (loss, gradient) itself (a public call, a lab kernel's wrapper)."""
-    from types import SimpleNamespace
-
-    return checked_ms(SimpleNamespace(run=call), check)
+    return triton.testing.do_bench(call, return_mode="median"), max(loss_err, grad_err)
 
 
 def run(phase, cells, configs, part=0, parts=1):
@@ -422,7 +416,7 @@ def run(phase, cells, configs, part=0, parts=1):
                 record.update(programs=plan.config.get("programs"), chunks=plan.config.get("num_chunks"),
                               schedule=plan.config.get("schedule"))
                 if timing:
-                    ms, err = checked_ms(plan, check)
+                    ms, err = checked_ms(plan.run, check)
                     compiled = plan.launches[0].compiled
                     record.update(ms=round(ms, 4), pct=round(nbytes / ms / 1e6 / copy * 100, 1),
                                   err=round(err, 5), regs=compiled.n_regs,
@@ -464,7 +458,7 @@ def probe_kept():
         x, t = inputs(fmt, vocab)
         plan = kernels.prepare(x, t, loss=loss, target_format=fmt, variant="split_row", block_size=block,
                                num_warps=warps, **options)
-        ms, err = checked_ms(plan, references(x, t, loss, fmt))
+        ms, err = checked_ms(plan.run, references(x, t, loss, fmt))
         record = {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "cfg": label(block, warps, options),
                   "schedule": plan.config.get("schedule"), "programs": plan.config.get("programs"),
                   "chunks": plan.config.get("num_chunks"), "regs": plan.launches[0].compiled.n_regs,

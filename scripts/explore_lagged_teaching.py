@@ -14,7 +14,7 @@ import torch
 import triton
 
 import kernels
-from explore_lagged import cell_bytes, checked_call_ms, copy_gbps, inputs, references
+from explore_lagged import cell_bytes, checked_ms, copy_gbps, inputs, references
 from perfutils.lab_kernels.teaching.lagged_exchange import lagged_cross_entropy
 
 CELLS = [(4096, 32000), (4096, 131072)]
@@ -36,7 +36,7 @@ if __name__ == "__main__":
             sides.append((f"product plan {block}/{warps}", kernels.prepare(x, t, variant="split_row",
                                                                            block_size=block, num_warps=warps).run))
         for name, call in sides:
-            ms, err = checked_call_ms(call, check)
+            ms, err = checked_ms(call, check)
             print(json.dumps({"loss": "cross_entropy", "fmt": "labels", "vocab": vocab, "tokens": tokens, "cfg": name,
                               "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
                               "err": round(err, 5)}), flush=True)

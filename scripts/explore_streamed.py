@@ -25,10 +25,9 @@ import torch
 import triton
 
 import kernels
-from explore_lagged import cell_bytes, checked_call_ms, copy_gbps, inputs, references
+from explore_lagged import TOKENS, cell_bytes, checked_ms, copy_gbps, inputs, references
 from perfutils.lab_kernels.streamed_row import resident_tma_loss, streamed_row_loss
 
-TOKENS = 4096
 LOSSES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
 VOCABS = [32000, 50304, 65536, 131072]
 SHARED_BYTES = 220 * 1024  # an SM's shared memory, less what the kernel's reductions and barriers take
@@ -80,14 +79,14 @@ def time_cells(vocabs, resident=False):
                                   "pct": round(nbytes / ms / 1e6 / copy * 100, 1),
                                   "pct_session": round(nbytes / ms / 1e6 / session_copy * 100, 1)}), flush=True)
 
-            ms, err = checked_call_ms(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt),
+            ms, err = checked_ms(lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt),
                                       check)
             emit({"cfg": "public"}, ms, err)
             if resident:
                 for stages, warps in RESIDENT_CONFIGS[fmt]:
                     record = {"cfg": f"resident/{warps}/s{stages}"}
                     try:
-                        ms, err = checked_call_ms(lambda: resident_tma_loss(
+                        ms, err = checked_ms(lambda: resident_tma_loss(
                             x, t, loss=loss, target_format=fmt, stages=stages, num_warps=warps), check)
                         emit(record, ms, err)
                     except AssertionError as error:
@@ -97,7 +96,7 @@ def time_cells(vocabs, resident=False):
                 for per_sm in per_sm_choices(fmt, block, stages):
                     record = {"cfg": f"{block}/{warps}/s{stages}/p{per_sm}"}
                     try:
-                        ms, err = checked_call_ms(lambda: streamed_row_loss(
+                        ms, err = checked_ms(lambda: streamed_row_loss(
                             x, t, loss=loss, target_format=fmt, block=block, stages=stages, num_warps=warps,
                             programs_per_sm=per_sm), check)
                         emit(record, ms, err)

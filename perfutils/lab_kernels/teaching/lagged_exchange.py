@@ -31,7 +31,7 @@ from kernels.occupancy import occupancy_of_compiled
 
 from .checks import check_power_of_two
 
-__all__ = ["lagged_exchange_kernel", "lagged_cross_entropy", "resident_programs"]
+__all__ = ["lagged_exchange_kernel", "lagged_cross_entropy", "most_slots", "resident_programs"]
 
 
 @triton.jit
@@ -79,8 +79,8 @@ def lagged_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, block: i
                          lag: int = 2, slots: int | None = None, persistent: bool | None = None):
     """(mean cross-entropy, its gradient) of contiguous 2-D ``logits`` and int ``labels`` through
     :func:`lagged_exchange_kernel`: rows cut into chunks of ``block`` columns, ``slots`` rows in flight (default:
-    as many as the GPU holds at once, :func:`resident_programs`; on a CPU 3). ``persistent`` (default: on a GPU, not under the interpreter):
-    one launch whose programs poll each other, else one launch per step."""
+    as many as the GPU holds at once, :func:`most_slots`; on a CPU 3). ``persistent`` (default: on a GPU, not under
+    the interpreter): one launch whose programs poll each other, else one launch per step."""
     if logits.dim() != 2 or not logits.is_contiguous():
         raise ValueError(f"logits must be a contiguous 2-D tensor, got shape {tuple(logits.shape)}")
     if labels.shape != logits.shape[:1] or labels.dtype not in (torch.int32, torch.int64):
@@ -89,6 +89,8 @@ def lagged_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, block: i
     check_power_of_two("num_warps", num_warps, 1, 32)
     if not isinstance(lag, int) or isinstance(lag, bool) or lag < 1:
         raise ValueError(f"lag must be an int >= 1 (steps between a row's read and its finish), got {lag!r}")
+    if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1):
+        raise ValueError(f"slots must be an int >= 1 (rows in flight) or None, got {slots!r}")
     persistent = logits.is_cuda and not interpreting() if persistent is None else persistent
     n_rows, n_cols = logits.shape
     num_chunks = triton.cdiv(n_cols, block)
@@ -100,21 +102,26 @@ def lagged_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, block: i
                 CHUNKS_POW2=triton.next_power_of_2(num_chunks), BLOCK=block, LAG=lag, WAIT=persistent,
                 num_warps=num_warps)
     if slots is None:  # on a GPU every row in flight that the GPU holds at once, else 3
-        slots = resident_programs(args, 1, n_rows + lag) // num_chunks if persistent else 3
-        while persistent and slots > 1 and slots * num_chunks > resident_programs(args, slots,
-                                                                                  triton.cdiv(n_rows, slots) + lag):
-            slots -= 1  # another specialization of the launch's integers took more registers
-    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-        raise ValueError(f"slots must be an int >= 1 (rows in flight), got {slots!r}: with {num_chunks} chunks a "
-                         "row, use a wider block")
-    steps = triton.cdiv(n_rows, slots) + lag  # the last LAG steps only finish rows
-    if persistent and slots * num_chunks > resident_programs(args, slots, steps):
+        slots = most_slots(args, lag) if persistent else 3
+        if slots < 1:
+            raise ValueError(f"the GPU cannot hold one row's {num_chunks} programs at once: use a wider block")
+    elif persistent and slots * num_chunks > resident_programs(args, slots, triton.cdiv(n_rows, slots) + lag):
         raise ValueError(f"a persistent launch polls its peers, so all {slots * num_chunks} programs must be "
                          "resident at once: fewer slots or a wider block")
+    steps = triton.cdiv(n_rows, slots) + lag  # the last LAG steps only finish rows
     launches = [(0, steps)] if persistent else [(step, step + 1) for step in range(steps)]
     for first, last in launches:
         lagged_exchange_kernel[(slots * num_chunks,)](n_slots=slots, first_step=first, last_step=last, **args)
     return row_loss.mean(), grad
+
+
+def most_slots(args: dict, lag: int) -> int:
+    """The most rows in flight whose programs the GPU holds all at once (0 when one row's chunks do not fit)."""
+    chunks, n_rows = args["NUM_CHUNKS"], args["n_rows"]
+    slots = resident_programs(args, 1, n_rows + lag) // chunks
+    while slots > 1 and slots * chunks > resident_programs(args, slots, triton.cdiv(n_rows, slots) + lag):
+        slots -= 1  # another specialization of the launch's integers took more registers
+    return slots
 
 
 def resident_programs(args: dict, slots: int, steps: int) -> int:
