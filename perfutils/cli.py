@@ -31,6 +31,7 @@ STUDIES = {
     "profiling": "perfutils.studies.profiling",
     "tensor-parallel": "perfutils.studies.tensor_parallel",
     "explorations": "perfutils.studies.explorations",
+    "step-counts": "perfutils.model.offline_counts",
 }
 
 

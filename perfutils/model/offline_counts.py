@@ -4,6 +4,9 @@ SASS where asked; what notebooks 04 and 05 and the register figures (:mod:`perfu
 * :func:`offline_counts` compiles the launches of ``kernels.prepare(...)`` plans offline for sm_90
   (:func:`perfutils.model.offline_compile.compile_launch`) and returns one row per configuration, describing the
   limiting launch as the sweeps do (lowest occupancy, ties: more registers).
+* :func:`write_step_counts` counts the step of every lagged split-row kernel a GPU folder recorded
+  (:func:`count_lagged_step`) into ``split_row_steps.csv``, which :mod:`perfutils.model.step_counts` reads for the
+  model (``python -m perfutils step-counts data/<gpu>``);
 * :func:`label_index_costs` compiles the two frames of cross-entropy's label test
   (:mod:`perfutils.lab_kernels.teaching.label_index`) and counts their SASS.
 """
@@ -14,10 +17,12 @@ import contextlib
 import io
 import math
 import time
+from pathlib import Path
 
 import pandas as pd
 
 from ..data.schema import error_text, torch_dtype
+from . import step_counts
 from .cubin import sass_instruction_mix
 from .occupancy import occupancy_of_counts
 from .offline_compile import compile_launch, compile_offline
@@ -127,3 +132,81 @@ def label_index_costs(*, n_cols: int = 50257, block: int = 4096, num_warps: int 
             rows.append({"label test": LABEL_FRAMES[lane_frame], "peeled head": has_head, "n_regs": compiled.n_regs,
                          **{key: mix.get(key, 0) for key in ("instructions", "compares_64", "IMAD", "IADD3", "LOP3")}})
     return pd.DataFrame(rows)
+
+
+def count_lagged_step(key: tuple) -> dict:
+    """Compile the key's lagged kernel offline for sm_90 (``kernels.split_row.cooperative_launch``, the launch a GPU
+    plan runs) and count its step (:func:`perfutils.model.cubin.main_loop_instructions`): ``step`` (a thread's
+    instructions once a step, the poll left out), ``nested`` (the poll loop's), ``n_regs``, ``spill_bytes``."""
+    import torch
+
+    from kernels import split_row
+    from kernels.problem import build_problem
+
+    from .cubin import main_loop_instructions
+
+    loss, target_format, dtype, vocab, block, warps, maxnreg, prefetch, read_ahead, fast_math = key
+    logits = torch.zeros(step_counts.ROWS, vocab, dtype=torch_dtype(dtype))
+    target = (torch.zeros(step_counts.ROWS, dtype=torch.int64) if target_format == "labels"
+              else torch.zeros(step_counts.ROWS, vocab, dtype=logits.dtype))
+    problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=1.0,
+                            ignore_index=-100, loss_mask=None)
+    launch = split_row.cooperative_launch(problem, block, warps, n_slots=3, maxnreg=maxnreg or None,
+                                          prefetch=prefetch, read_ahead=read_ahead, fast_math=fast_math)
+    with contextlib.redirect_stdout(io.StringIO()):  # compiler chatter
+        compiled = compile_launch(launch)
+    return {**main_loop_instructions(compiled.sass), "n_regs": compiled.n_regs, "spill_bytes": compiled.spill_bytes,
+            "triton_version": compiled.triton_version, "ptxas_version": compiled.ptxas_version}
+
+
+def lagged_step_keys(folder) -> list[tuple]:
+    """The keys of every lagged split-row pass :func:`perfutils.model.predict.load_configurations` builds from the
+    folder's records, sorted."""
+    from .predict import load_configurations
+
+    keys = {p.step_key for c in load_configurations(folder, step_counts={}) for p in c.passes if p.step_key}
+    return sorted(keys)
+
+
+def write_step_counts(folder, log=print) -> Path:
+    """Count the step of every key the folder's records need that its counts file lacks (a key that does not compile
+    is a row with status "error") and write the file with its sidecar; rows already there are kept."""
+    from ..data import metadata, store
+    from ..data.schema import utc_now
+
+    path = step_counts.counts_path(folder)
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=step_counts.KEY_COLUMNS)
+    have = {step_counts.normal_key(r) for r in old[list(step_counts.KEY_COLUMNS)].itertuples(index=False, name=None)}
+    rows = []
+    for key in lagged_step_keys(folder):
+        if step_counts.normal_key(key) in have:
+            continue
+        started = time.perf_counter()
+        row = dict(zip(step_counts.KEY_COLUMNS, key))
+        try:
+            row.update(count_lagged_step(key), status="ok", error=None)
+        except Exception as error:  # noqa: BLE001 - a key that does not compile is a row
+            row.update(status="error", error=error_text(error, 300))
+        row["compile_s"] = round(time.perf_counter() - started, 1)
+        row["counted_utc"] = utc_now()
+        log(f"{key}: {row.get('step', row.get('error'))}")
+        rows.append(row)
+    if not rows and path.is_file():
+        return path  # nothing new: the file and its sidecar stay as written
+    frame = pd.concat([old, pd.DataFrame(rows)], ignore_index=True) if rows else old
+    meta = metadata.collect_metadata({"rows": step_counts.ROWS,
+                                      "source": "perfutils.model.offline_counts.write_step_counts"})
+    meta.update(study=step_counts.STUDY, target="sm_90, offline (no GPU): the counts hold for every sm_90 GPU")
+    store.write_table(frame, path, meta, overwrite=True)
+    return path
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m perfutils step-counts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("gpu_dir", nargs="+", help="data/<gpu> folders whose recorded split-row plans to count")
+    args = parser.parse_args(argv)
+    for folder in args.gpu_dir:
+        print(f"wrote {write_step_counts(folder)}")
+    return 0

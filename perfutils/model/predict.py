@@ -51,6 +51,7 @@ from kernels.autotune import canonical_variant
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
+from .step_counts import load_step_counts, step_key
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
 
@@ -103,9 +104,18 @@ class ModelConstants:
     (at least 1: one issue a cycle), a reduction level 213 -> 135 cycles (five shuffle levels and a barrier a
     reduction, several reductions a step), p 3.43 -> 3.0. From the frozen values of the two-tile step the same fit
     wanders to a round trip of 48 ns and 0.59 cycles an instruction (impossible, and a worse score: 0.430 against
-    0.423)."""
+    0.423).
+
+    Since 2026-11-28 a recorded lagged split-row plan's step is its kernel's own SASS count
+    (:mod:`perfutils.model.step_counts`), which holds a part the per-element estimate had not (the row's summaries and
+    scalars, 340-370 instructions a step) and lacks the wait the estimate's constant had absorbed: counted, the lagged
+    plans came out 6.1% (H100) and 14.1% (H200) too fast. ``exchange_round_trip_ns`` is that wait, fitted alone on
+    the H100's half 0 (``fit_half(..., rounds=3, names=("exchange_round_trip_ns",))`` from 1000 ns: 1262.6, the other
+    constants held): the lagged plans' median |error| 2.5% -> 1.7% on the H100's half 1, 5.9% -> 6.3% on the H200's
+    (which would want about 2000 ns). The estimate stays for plans with no count (``predict_launch``'s what-ifs)."""
 
     dram_latency_ns: float = 280.0  # DRAM round trip of a tile's loads
+    exchange_round_trip_ns: float = 1260.0  # a counted lagged split-row step's wait beyond its loads' (exchange_wait)
     warp_cycles_per_instruction: float = 1.14  # a warp's own instruction stream: cycles an instruction (>= 1)
     reduce_cycles_per_level: float = 135.0  # a step's block reductions: cycles per halving (warp shuffles + barrier)
     instructions_per_element: float = 14.7  # SASS issued per element per read (one input)
@@ -180,6 +190,7 @@ class KernelPass:
     # to shared memory); 0: a step's loads wait for the previous step's arithmetic
     instructions_per_step: float = 0.0  # a thread's instructions a step, counted in the exact kernel's offline SASS
     # (perfutils.model.cubin.main_loop_instructions); 0: estimated from ModelConstants.instructions_per_element
+    step_key: tuple = ()  # a lagged split-row pass: its key in the folder's step counts (perfutils.model.step_counts)
 
 
 @dataclass(frozen=True)
@@ -262,7 +273,15 @@ def step_seconds(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS
     own = max(stream, issue) + reduce  # its arithmetic alone on the SM
     latency_s = k.dram_latency_ns * 1e-9
     wait = max(0.0, latency_s / kp.loads_ahead - own) if kp.loads_ahead > 0 else latency_s
-    return closed_queue_cycle(max(1, kp.resident), wait + own - issue, issue)
+    return closed_queue_cycle(max(1, kp.resident), wait + own - issue + exchange_wait(kp, k), issue)
+
+
+def exchange_wait(kp: KernelPass, k: ModelConstants = DEFAULT_CONSTANTS) -> float:
+    """What a counted step of the lagged split-row kernel waits beyond its loads' round trip (seconds): its program
+    polls the row's summaries, a round trip to L2 of its own each step, under the load of every resident program (the
+    step residuals of run Y, data/h200/logs/ncu_kept_2026-11-28.txt: flat over 4 to 64 chunks a row, so not a wait for
+    the row's slowest program). Only where the step is counted: the per-element estimate's constant absorbed it."""
+    return k.exchange_round_trip_ns * 1e-9 if kp.tiles_per_step == 2 and kp.instructions_per_step else 0.0
 
 
 def in_flight(kp: KernelPass, gpu: Gpu, k: ModelConstants = DEFAULT_CONSTANTS) -> dict:
@@ -469,12 +488,15 @@ def _loss_passes(row: dict, launch: dict, plan: dict, gpu: Gpu) -> list[KernelPa
         behind = LAG_STEPS if lagged else int(plan.get("keep_steps", 1)) if kept else 0  # steps from read to finish
         slots = max(1.0, programs / chunks)
         steps = tokens / slots + behind
+        options = {**(plan.get("options") or {}), **{o: plan[o] for o in ("prefetch", "read_ahead") if o in plan}}
         return [KernelPass(name or "split_row", programs, block, warps, resident,
                            steps=steps, load_bytes_per_step=block * inputs * db,
                            dram_bytes=elements * inputs * db + out_bytes,
                            l2_bytes=0.0 if kept else elements * inputs * db,
                            elements=elements * (2 if lagged else 1), inputs=inputs, spill_bytes=spill,
-                           tiles_per_step=2 if lagged else 1)]
+                           tiles_per_step=2 if lagged else 1,
+                           step_key=step_key(row["loss"], row["target_format"], row["dtype"], vocab, block, warps,
+                                             options) if lagged else ())]
     if name == "two_pass.stats":
         return [KernelPass(name, programs, block, warps, resident, steps=math.ceil(vocab / block),
                            load_bytes_per_step=block * inputs * db, dram_bytes=elements * inputs * db + tokens * 8,
@@ -639,11 +661,15 @@ def _studies(studies) -> tuple:
     return tuple(studies)
 
 
-def load_configurations(folder, gpu: Gpu | None = None, studies=None) -> list[LaunchConfig]:
+def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_counts: dict | None = None
+                        ) -> list[LaunchConfig]:
     """Every modellable recorded configuration of ``folder`` (of ``studies``, all by default), built from non-time
-    columns only."""
+    columns only. A lagged split-row pass whose kernel the folder's step counts hold (``step_counts``: by default
+    :func:`perfutils.model.step_counts.load_step_counts` of the folder; ``{}``: none) takes that count as its
+    ``instructions_per_step``."""
     folder = Path(folder)
     gpu = gpu or gpu_from_folder(folder)
+    counts = load_step_counts(folder) if step_counts is None else step_counts
     configs = []
     for study in _studies(studies):
         frame = _read_rows(folder, study)
@@ -655,8 +681,15 @@ def load_configurations(folder, gpu: Gpu | None = None, studies=None) -> list[La
         for r in records:
             cfg = config_from_row(r, gpu, plan_rows)
             if cfg is not None:
-                configs.append(cfg)
+                configs.append(with_step_counts(cfg, counts))
     return configs
+
+
+def with_step_counts(config: LaunchConfig, counts: dict) -> LaunchConfig:
+    """``config`` with each lagged split-row pass that ``counts`` holds given its counted step."""
+    passes = tuple(replace(p, instructions_per_step=counts[p.step_key]) if p.step_key in counts else p
+                   for p in config.passes)
+    return replace(config, passes=passes) if passes != config.passes else config
 
 
 SASS_COUNTS = "case_497_registers_offline.csv"  # offline sm_90 compiles with their SASS instruction counts

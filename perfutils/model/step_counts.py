@@ -1,0 +1,65 @@
+"""A split-row plan's step, counted: what one thread issues each step of the lagged kernel, read from the exact
+kernel's offline sm_90 SASS, for every lagged split-row configuration a GPU folder recorded.
+
+:mod:`perfutils.model.predict` estimates a step from a constant number of instructions per element, which holds no
+per-step part: the row's summaries, its scalars, publishing and the poll cost 340-370 instructions a step whatever the
+chunk (data/h200/logs/ncu_kept_2026-11-28.txt), so the estimate is high for wide chunks and low for narrow ones, and
+its fitted constant had absorbed a wait the model does not hold. With this file the model takes each recorded plan's
+own count instead (``KernelPass.instructions_per_step``) and holds that wait as a term of its own
+(``ModelConstants.exchange_round_trip_ns``).
+
+    python -m perfutils step-counts data/h100-sxm-80gb   # no GPU: writes data/h100-sxm-80gb/split_row_steps.csv
+
+This module reads the file (the keys, the counts); :mod:`perfutils.model.offline_counts` compiles and writes it.
+
+A key is what decides the kernel's code: the loss, the logits' dtype, the vocabulary (its chunks, and whether rows are
+16-byte aligned), the chunk, the warps and the lagged kernel's options. The counts are the same for every GPU of
+sm_90; each folder keeps the keys its own records need.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+STUDY = "split_row_steps"
+KEY_COLUMNS = ("loss", "target_format", "dtype", "vocab", "block_size", "num_warps", "maxnreg", "prefetch",
+               "read_ahead", "fast_math")
+ROWS = 16  # Triton specializes a row count that is a multiple of 16, as every measured token count is
+
+
+def step_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
+             options: dict | None = None) -> tuple:
+    """The key of one lagged split-row kernel (``options``: a plan's, of which maxnreg, prefetch, read_ahead and
+    fast_math change the code; the others are ignored)."""
+    options = options or {}
+    maxnreg = options.get("maxnreg")
+    maxnreg = 0 if maxnreg is None or (isinstance(maxnreg, float) and math.isnan(maxnreg)) else int(maxnreg)
+    return (str(loss), str(target_format), str(dtype), int(vocab), int(block_size), int(num_warps), maxnreg,
+            bool(options.get("prefetch", False)), int(options.get("read_ahead", 0) or 0),
+            bool(options.get("fast_math", True)))
+
+
+def counts_path(folder) -> Path:
+    """The folder's counts file."""
+    return Path(folder) / f"{STUDY}.csv"
+
+
+def normal_key(key) -> tuple:
+    """A key read back from the counts file (numpy numbers, 0 for no register cap) as :func:`step_key` gives it."""
+    return step_key(key[0], key[1], key[2], key[3], key[4], key[5],
+                    {"maxnreg": key[6] or None, "prefetch": key[7] in (True, "True", 1), "read_ahead": key[8],
+                     "fast_math": key[9] not in (False, "False", 0)})
+
+
+def load_step_counts(folder) -> dict[tuple, float]:
+    """``{key: a thread's instructions a step}`` of the folder's counts file (empty without one)."""
+    path = counts_path(folder)
+    if not path.is_file():
+        return {}
+    frame = pd.read_csv(path)
+    frame = frame[frame["status"] == "ok"]
+    return {normal_key(tuple(r[:-1])): float(r[-1])
+            for r in frame[[*KEY_COLUMNS, "step"]].itertuples(index=False, name=None)}
