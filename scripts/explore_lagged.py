@@ -21,6 +21,7 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-fast PART PARTS, time-fast   # fast math or not (run W)
   python scripts/explore_lagged.py compile-h200 PART PARTS, time-h200   # an H200's choice of configuration (run X)
   python scripts/explore_lagged.py compile-kept PART PARTS, time-kept   # exponentials kept in registers (run Y)
+  python scripts/explore_lagged.py compile-warps PART PARTS, time-warps   # programs of one or two warps (run AD)
   python scripts/explore_lagged.py offline-kept LOG      # a run Y log's plans compiled offline (sm_90): a step's SASS
   python scripts/explore_lagged.py probe-kept            # run Y's kept and lagged kernels, checked and timed, then once
                                                          # each under ncu --profile-from-start off (run Z)
@@ -246,6 +247,19 @@ FAST_CONFIGS = [(4096, 4, {**fast, **cap}) for cap in ({}, {"maxnreg": 128}, {"m
                 for fast in ({"fast_math": False}, {})] + [(8192, 4, {**fast, "maxnreg": 128})
                                                            for fast in ({"fast_math": False}, {})]
 
+# Run AD (planned 2026-11-28, not run yet): programs of one or two warps. A lagged step waits about 1.3 us (H100) to
+# 2 us (H200) beyond its loads' round trip (perfutils.model.predict.exchange_wait, fitted with counted steps), and each
+# step of a 4-warp program holds 6 barriers (cross-warp reductions); a one-warp program has none. Offline (sm_90): 1024
+# columns and 1 warp, 122 registers, 16 programs an SM, a step of 1143 instructions (4096/4: 1196); the model predicts
+# forward KL 4096 x 32000 on the H200 at 0.255 ms against 0.270 for 4096/4. No plan of fewer than 4 warps was measured
+# before, and the first-call search does not try them. The search's usual choices run beside them. Offline, labels CE
+# does not compile with one warp on Triton 3.6 ("PassManager::run failed"), nor at 131072 in 2048/2: recorded as errors.
+WARPS_CELLS = [(loss, fmt, vocab, TOKENS) for loss, fmt in (("cross_entropy", "labels"), ("cross_entropy", "logits"),
+                                                            ("forward_kl", "logits"), ("reverse_kl", "logits"))
+               for vocab in (32000, 50257, 131072)]
+WARPS_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 96}), (8192, 4, {"maxnreg": 128}), (2048, 2, {}),
+                 (1024, 1, {}), (1024, 1, {"maxnreg": 96}), (512, 1, {}), (2048, 1, {})]
+
 
 def even_configs(bases):
     """Run P: each of ``bases`` (the search's choices at these cells) as is, with even chunks, with narrower ones that
@@ -325,7 +339,8 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-ahead": (AHEAD_CELLS, lambda vocab: AHEAD_CONFIGS),
         "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS),
         "-loads": (LOADS_CELLS, lambda vocab: LOADS_CONFIGS),
-        "-fast": (FAST_CELLS, lambda vocab: FAST_CONFIGS)}
+        "-fast": (FAST_CELLS, lambda vocab: FAST_CONFIGS),
+        "-warps": (WARPS_CELLS, lambda vocab: [(b, w, o) for b, w, o in WARPS_CONFIGS if math.ceil(vocab / b) <= 256])}
 
 
 def inputs(fmt, vocab, rows=TOKENS):
