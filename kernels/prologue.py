@@ -6,12 +6,12 @@ against [0, n_cols) and writes the two scales those kernels multiply by, 1 / n_v
 (grad_output read from the device when the caller passed a tensor), zeroes the finish counters
 (``row_math.finish_program``) and the loss. Everything stays on the device: no host sync.
 
-The variants' own kernels (fused, two_pass, split_row) need no prologue: they work their scales out themselves
-(``row_math.call_scales``), one launch per call. The label check is the same in both: an out-of-range label makes
-both scales NaN, so the loss and the whole gradient are NaN (never a finite wrong number), and trips a device-side
-assert, as PyTorch's own ``cross_entropy`` does: the CUDA context then reports "device-side assert triggered" at
-the next synchronization, and the process must restart. ``validate=True`` checks on the host before launching
-instead (a ValueError naming the labels, one sync).
+The variants' own kernels (fused, two_pass, split_row, resident_row) need no prologue: they work their scales out
+themselves (``row_math.call_scales``), one launch per call. The label check is the same in both: an out-of-range
+label makes both scales NaN, so the loss and the whole gradient are NaN (never a finite wrong number), and trips a
+device-side assert, as PyTorch's own ``cross_entropy`` does: the CUDA context then reports "device-side assert
+triggered" at the next synchronization, and the process must restart. ``validate=True`` checks on the host before
+launching instead (a ValueError naming the labels, one sync).
 """
 
 import torch
