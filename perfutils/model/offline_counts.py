@@ -28,6 +28,17 @@ from .occupancy import occupancy_of_counts
 from .offline_compile import compile_launch, compile_offline
 
 
+# Rows of the tiny inputs a kernel is compiled for: Triton specializes a row count that is a multiple of 16, as every
+# measured token count is (4 rows once hid a kernel that the GPU ran at half its registers).
+ROWS = 16
+
+
+def quiet_compile(launch, with_sass: bool = True):
+    """:func:`perfutils.model.offline_compile.compile_launch`, the compiler's chatter kept out of the output."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return compile_launch(launch, with_sass=with_sass)
+
+
 def limiting_launch(entries: list[dict]) -> dict:
     """The launch with the lowest occupancy (ties: more registers), as perfutils.measure.measurer chooses."""
     def badness(entry):
@@ -37,7 +48,7 @@ def limiting_launch(entries: list[dict]) -> dict:
     return min(entries, key=badness)
 
 
-def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", with_sass: bool = False,
+def offline_counts(configs, *, vocab: int, rows: int = ROWS, dtype: str = "bf16", with_sass: bool = False,
                    log=print) -> tuple[pd.DataFrame, dict]:
     """Compile each ``(loss, target_format, variant, block_size, num_warps)`` offline for sm_90.
 
@@ -45,11 +56,10 @@ def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", 
     (``kernels.split_row.cooperative_launch``, the lagged schedule), not the multi-launch form a CPU plans.
     Inputs are tiny CPU tensors of ``rows`` x ``vocab``: a kernel depends on the vocabulary only
     through its constexprs (e.g. a row that fits in one tile) and divisibility, so the counts are
-    those of the full-size problem. ``rows`` matters through divisibility too: Triton specializes a row count that
-    is a multiple of 16, as every measured token count is; 4 rows once hid a kernel that the GPU ran at half its
-    registers. Returns ``(frame, compiles)``: one row per configuration (the
-    limiting launch's counts, plus ``launches``), and ``{(config tuple, launch name): OfflineCompile}``.
-    A configuration that fails to compile is a row with ``status="error"`` and the message.
+    those of the full-size problem. ``rows`` matters through divisibility too (:data:`ROWS`). Returns
+    ``(frame, compiles)``: one row per configuration (the limiting launch's counts, plus ``launches``), and
+    ``{(config tuple, launch name): OfflineCompile}``. A configuration that fails to compile is a row with
+    ``status="error"`` and the message.
     """
     import torch
 
@@ -81,8 +91,7 @@ def offline_counts(configs, *, vocab: int, rows: int = 16, dtype: str = "bf16", 
                 launches = [split_row.cooperative_launch(problem, int(block_size), int(num_warps))]
             entries = []
             for launch in launches:
-                with contextlib.redirect_stdout(io.StringIO()):  # keep compiler chatter out of the notebook
-                    compiled = compile_launch(launch, with_sass=with_sass)
+                compiled = quiet_compile(launch, with_sass=with_sass)
                 compiles[(key, launch.name)] = compiled
                 occ = occupancy_of_counts(compiled.n_regs, compiled.shared_bytes, launch.num_warps)
                 entries.append({"launch": launch.name, "n_regs": compiled.n_regs,
@@ -146,15 +155,14 @@ def count_lagged_step(key: tuple) -> dict:
     from .cubin import main_loop_instructions
 
     loss, target_format, dtype, vocab, block, warps, maxnreg, prefetch, read_ahead, fast_math = key
-    logits = torch.zeros(step_counts.ROWS, vocab, dtype=torch_dtype(dtype))
-    target = (torch.zeros(step_counts.ROWS, dtype=torch.int64) if target_format == "labels"
-              else torch.zeros(step_counts.ROWS, vocab, dtype=logits.dtype))
+    logits = torch.zeros(ROWS, vocab, dtype=torch_dtype(dtype))
+    target = (torch.zeros(ROWS, dtype=torch.int64) if target_format == "labels"
+              else torch.zeros(ROWS, vocab, dtype=logits.dtype))
     problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=1.0,
                             ignore_index=-100, loss_mask=None)
     launch = split_row.cooperative_launch(problem, block, warps, n_slots=3, maxnreg=maxnreg or None,
                                           prefetch=prefetch, read_ahead=read_ahead, fast_math=fast_math)
-    with contextlib.redirect_stdout(io.StringIO()):  # compiler chatter
-        compiled = compile_launch(launch)
+    compiled = quiet_compile(launch)
     return {**main_loop_instructions(compiled.sass), "n_regs": compiled.n_regs, "spill_bytes": compiled.spill_bytes,
             "triton_version": compiled.triton_version, "ptxas_version": compiled.ptxas_version}
 
@@ -194,7 +202,7 @@ def write_step_counts(folder, log=print) -> Path:
     if not rows and path.is_file():
         return path  # nothing new: the file and its sidecar stay as written
     frame = pd.concat([old, pd.DataFrame(rows)], ignore_index=True) if rows else old
-    meta = metadata.collect_metadata({"rows": step_counts.ROWS,
+    meta = metadata.collect_metadata({"rows": ROWS,
                                       "source": "perfutils.model.offline_counts.write_step_counts"})
     meta.update(study=step_counts.STUDY, target="sm_90, offline (no GPU): the counts hold for every sm_90 GPU")
     store.write_table(frame, path, meta, overwrite=True)

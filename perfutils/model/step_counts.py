@@ -27,7 +27,6 @@ import pandas as pd
 STUDY = "split_row_steps"
 KEY_COLUMNS = ("loss", "target_format", "dtype", "vocab", "block_size", "num_warps", "maxnreg", "prefetch",
                "read_ahead", "fast_math")
-ROWS = 16  # Triton specializes a row count that is a multiple of 16, as every measured token count is
 
 
 def step_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
