@@ -48,7 +48,8 @@ planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunk
 On an H200: ``data/h200/logs/explore_h200_2026-11-28.txt`` (run X) and ``explore_kept_2026-11-28.txt`` (run Y: needs
 ``data/h200/archive/patches/run_Y_kept.patch``, split_row's schedule "kept" and plan_split_row's ``keep_steps``);
 ``ncu_kept_2026-11-28.txt`` with ``ncu_kept_source_2026-11-28.csv.gz`` (run Z: the same patch, the command below) and
-``offline_kept_2026-11-28.txt`` (run Y's plans' SASS, offline). Run Z under Nsight Compute, in a tree with the patch:
+``offline_kept_2026-11-28.txt`` (run Y's plans' SASS, offline); ``explore_warps_2026-11-29.txt`` (run AD).
+Run Z under Nsight Compute, in a tree with the patch:
 
   ncu --clock-control none --profile-from-start off -k regex:'split_row_(kept|lagged)_kernel' --section SpeedOfLight \
       --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
@@ -247,13 +248,13 @@ FAST_CONFIGS = [(4096, 4, {**fast, **cap}) for cap in ({}, {"maxnreg": 128}, {"m
                 for fast in ({"fast_math": False}, {})] + [(8192, 4, {**fast, "maxnreg": 128})
                                                            for fast in ({"fast_math": False}, {})]
 
-# Run AD (planned 2026-11-28, not run yet): programs of one or two warps. A lagged step waits about 1.3 us (H100) to
-# 2 us (H200) beyond its loads' round trip (perfutils.model.predict.exchange_wait, fitted with counted steps), and each
-# step of a 4-warp program holds 6 barriers (cross-warp reductions); a one-warp program has none. Offline (sm_90): 1024
-# columns and 1 warp, 122 registers, 16 programs an SM, a step of 1143 instructions (4096/4: 1196); the model predicts
-# forward KL 4096 x 32000 on the H200 at 0.255 ms against 0.270 for 4096/4. No plan of fewer than 4 warps was measured
-# before, and the first-call search does not try them. The search's usual choices run beside them. Offline, labels CE
-# does not compile with one warp on Triton 3.6 ("PassManager::run failed"), nor at 131072 in 2048/2: recorded as errors.
+# Run AD (2026-11-29, data/h200/logs/explore_warps_2026-11-29.txt; reading: no gain, not added to the search):
+# programs of one or two warps. A lagged step waits about 1.3 us (H100) to 2 us (H200) beyond its loads' round trip
+# (perfutils.model.predict.exchange_wait, fitted with counted steps), and each step of a 4-warp program holds 6
+# barriers (cross-warp reductions); a one-warp program has none. Offline (sm_90): 1024 columns and 1 warp, 122
+# registers, 16 programs an SM, a step of 1143 instructions (4096/4: 1196); the model predicted forward KL 4096 x 32000
+# on the H200 at 0.255 ms against 0.270 for 4096/4. The search's usual choices run beside them. Labels CE does not
+# compile with one warp on Triton 3.6 ("PassManager::run failed"), nor at 131072 in 2048/2: recorded as errors.
 WARPS_CELLS = [(loss, fmt, vocab, TOKENS) for loss, fmt in (("cross_entropy", "labels"), ("cross_entropy", "logits"),
                                                             ("forward_kl", "logits"), ("reverse_kl", "logits"))
                for vocab in (32000, 50257, 131072)]
@@ -603,7 +604,8 @@ def model(log: str, folder: str) -> None:
     for r in frame.itertuples():
         print(f"{r.loss}/{r.target_format} {r.tokens} x {r.vocab} {r.config}: measured {r.measured_pct:.1f}%, "
               f"predicted {r.predicted_pct:.1f}% ({r.bound}), {r.n_regs} registers")
-    print(built_reading(frame))
+    if {"kept", "lagged"} <= set(frame["design"]):  # a log with both designs (run Y)
+        print(built_reading(frame))
 
 
 if __name__ == "__main__":
