@@ -22,12 +22,15 @@ that streams the same bytes, over configurations the first-call search does and 
   python scripts/explore_lagged.py compile-h200 PART PARTS, time-h200   # an H200's choice of configuration (run X)
   python scripts/explore_lagged.py compile-kept PART PARTS, time-kept   # exponentials kept in registers (run Y)
   python scripts/explore_lagged.py compile-warps PART PARTS, time-warps   # programs of one or two warps (run AD)
+  python scripts/explore_lagged.py compile-ablate PART PARTS, time-ablate   # the step in parts, the summaries' read
+                                                         # (runs AE-AH: a patch; ABLATE, EARLY, SUMLOAD in the env)
   python scripts/explore_lagged.py offline-kept LOG      # a run Y log's plans compiled offline (sm_90): a step's SASS
   python scripts/explore_lagged.py probe-kept            # run Y's kept and lagged kernels, checked and timed, then once
                                                          # each under ncu --profile-from-start off (run Z)
   python scripts/explore_lagged.py probe                # run four plans twice each, for `ncu -k regex:split_row_lagged`
   python scripts/explore_lagged.py probe-misaligned     # the same at 50304 and 50257 columns
   python scripts/explore_lagged.py probe-deal           # run I: where the second read of a chunk comes from
+  python scripts/explore_lagged.py probe-ablate         # runs AE-AH under ncu: forward KL 4096 x 32000, 4096/4/ma96
   python scripts/explore_lagged.py probe-stalls         # run R: issue slots, pipes and stall reasons (under ncu)
   python scripts/explore_lagged.py table -fast LOG /fa   # a timing log per cell and configuration (best of each side)
   python scripts/explore_lagged.py model LOG DATA_DIR   # each timed plan of a log beside the performance model's prediction
@@ -48,7 +51,8 @@ planner of ``archive/patches/run_P_even_chunks.patch``, plan_split_row's ``chunk
 On an H200: ``data/h200/logs/explore_h200_2026-11-28.txt`` (run X) and ``explore_kept_2026-11-28.txt`` (run Y: needs
 ``data/h200/archive/patches/run_Y_kept.patch``, split_row's schedule "kept" and plan_split_row's ``keep_steps``);
 ``ncu_kept_2026-11-28.txt`` with ``ncu_kept_source_2026-11-28.csv.gz`` (run Z: the same patch, the command below) and
-``offline_kept_2026-11-28.txt`` (run Y's plans' SASS, offline); ``explore_warps_2026-11-29.txt`` (run AD).
+``offline_kept_2026-11-28.txt`` (run Y's plans' SASS, offline); ``explore_warps_2026-11-29.txt`` (run AD);
+``explore_summaries_2026-11-29.txt`` (runs AE-AH: ``data/h200/archive/patches/run_AE_AH_summaries.patch``).
 Run Z under Nsight Compute, in a tree with the patch:
 
   ncu --clock-control none --profile-from-start off -k regex:'split_row_(kept|lagged)_kernel' --section SpeedOfLight \
@@ -72,6 +76,11 @@ from kernels import reference, split_row
 from perfutils.data.records import exploration_records
 
 LAG = int(os.environ.get("LAG", "2"))
+# Runs AE-AH: the kernel of data/h200/archive/patches/run_AE_AH_summaries.patch reads ABLATE, EARLY, SUMLOAD and
+# POLLFIRST from the environment. ABLATE takes parts of the step away: timing only, results wrong by design, not checked.
+ABLATE = int(os.environ.get("ABLATE", "0"))
+if ABLATE and not hasattr(split_row, "ABLATE"):
+    raise SystemExit("ABLATE needs the kernel of data/h200/archive/patches/run_AE_AH_summaries.patch")
 split_row.LAG_STEPS = tl.constexpr(LAG)  # before the lagged kernel is first compiled in this process
 # Run J: the alignment a peeled row's body starts at (16 bytes in the kernels), for this process: VEC of the peeled
 # launches (run with 6337c31, where kernels.problem held it; the cells' PEEL decisions are the same at 32 and 128 bytes).
@@ -255,6 +264,13 @@ FAST_CONFIGS = [(4096, 4, {**fast, **cap}) for cap in ({}, {"maxnreg": 128}, {"m
 # registers, 16 programs an SM, a step of 1143 instructions (4096/4: 1196); the model predicted forward KL 4096 x 32000
 # on the H200 at 0.255 ms against 0.270 for 4096/4. The search's usual choices run beside them. Labels CE does not
 # compile with one warp on Triton 3.6 ("PassManager::run failed"), nor at 131072 in 2048/2: recorded as errors.
+# Runs AE-AH (2026-11-29, an H200, data/h200/logs/explore_summaries_2026-11-29.txt; the kernel of
+# data/h200/archive/patches/run_AE_AH_summaries.patch): the lagged step with parts taken away (ABLATE bits) and the
+# row's summaries read in other ways (EARLY, SUMLOAD, POLLFIRST), one process and cache each.
+ABLATE_CELLS = [(loss, fmt, vocab, TOKENS) for loss, fmt in (("cross_entropy", "labels"), ("forward_kl", "logits"),
+                                                             ("reverse_kl", "logits"))
+                for vocab in (32000, 131072)]
+ABLATE_CONFIGS = [(4096, 4, {}), (4096, 4, {"maxnreg": 96}), (8192, 4, {"maxnreg": 128})]
 WARPS_CELLS = [(loss, fmt, vocab, TOKENS) for loss, fmt in (("cross_entropy", "labels"), ("cross_entropy", "logits"),
                                                             ("forward_kl", "logits"), ("reverse_kl", "logits"))
                for vocab in (32000, 50257, 131072)]
@@ -290,6 +306,8 @@ PROBES = {"probe": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl",
           "probe-misaligned": [("forward_kl", "logits", 50304, 4096, 4, {}), ("forward_kl", "logits", 50257, 4096, 4, {}),
                                ("cross_entropy", "labels", 50304, 8192, 4, {}),
                                ("cross_entropy", "labels", 50257, 8192, 4, {"maxnreg": 96})],
+          # runs AE-AH (with their patch, one ABLATE / SUMLOAD value a process): the summaries' read under ncu
+          "probe-ablate": [("forward_kl", "logits", 32000, 4096, 4, {"maxnreg": 96})],
           # run R: where a step's time goes (issue slots, pipes, stall reasons) in a slow and a fast distribution cell
           # and in labels CE's fast kernel
           "probe-stalls": [("forward_kl", "logits", 151936, 4096, 4, {}), ("forward_kl", "logits", 128256, 4096, 4, {}),
@@ -341,6 +359,7 @@ RUNS = {"": ([(*cell, TOKENS) for cell in CELLS], lagged_configs),
         "-scope": (AHEAD_CELLS, lambda vocab: SCOPE_CONFIGS),
         "-loads": (LOADS_CELLS, lambda vocab: LOADS_CONFIGS),
         "-fast": (FAST_CELLS, lambda vocab: FAST_CONFIGS),
+        "-ablate": (ABLATE_CELLS, lambda vocab: [c for c in ABLATE_CONFIGS if c[0] < vocab]),
         "-warps": (WARPS_CELLS, lambda vocab: [(b, w, o) for b, w, o in WARPS_CONFIGS if math.ceil(vocab / b) <= 256])}
 
 
@@ -396,7 +415,7 @@ def checked_ms(call, check):
     value, grad = call()
     loss_err = float(abs(value.double() - ref_loss) / abs(ref_loss))
     grad_err = float((grad[rows].double() * grad.shape[0] / len(rows) - ref_grad).norm() / ref_grad.norm())
-    if max(loss_err, grad_err) > 1e-2:
+    if max(loss_err, grad_err) > 1e-2 and not ABLATE:
         raise AssertionError(f"wrong result: loss {loss_err:.1e}, gradient {grad_err:.1e}")
     return triton.testing.do_bench(call, return_mode="median"), max(loss_err, grad_err)
 
@@ -422,7 +441,8 @@ def run(phase, cells, configs, part=0, parts=1):
         for block, warps, options in (configs(vocab) if configs else ALIGN_CONFIGS[fmt]):
             if not timing and next(shares) % parts != part:
                 continue
-            record = {"lag": LAG, "loss": loss, "fmt": fmt, "vocab": vocab, "tokens": tokens,
+            record = {"lag": LAG, **({"ablate": ABLATE} if ABLATE else {}), "loss": loss, "fmt": fmt, "vocab": vocab,
+                      "tokens": tokens,
                       "cfg": label(block, warps, options),
                       **({"peel_bytes": PEEL_BYTES} if PEEL_BYTES != 16 else {}),
                       **({"force_peel": True} if FORCE_PEEL else {}), **({"no_edge": True} if NO_EDGE else {})}
