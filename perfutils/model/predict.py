@@ -280,7 +280,9 @@ def exchange_wait(kp: KernelPass, k: ModelConstants = DEFAULT_CONSTANTS) -> floa
     """What a counted step of the lagged split-row kernel waits beyond its loads' round trip (seconds): its program
     polls the row's summaries, a round trip to L2 of its own each step, under the load of every resident program (the
     step residuals of run Y, data/h200/logs/ncu_kept_2026-11-28.txt: flat over 4 to 64 chunks a row, so not a wait for
-    the row's slowest program). Only where the step is counted: the per-element estimate's constant absorbed it."""
+    the row's slowest program). Taken apart on an H200 (runs AE-AH, data/h200/logs/explore_summaries_2026-11-29.txt),
+    most of it is that read itself, strong loads that come back after the step's other loads, and little the waiting
+    for a slow peer. Only where the step is counted: the per-element estimate's constant absorbed it."""
     return k.exchange_round_trip_ns * 1e-9 if kp.tiles_per_step == 2 and kp.instructions_per_step else 0.0
 
 
