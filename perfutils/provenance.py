@@ -10,6 +10,10 @@ at the recorded commit against the working tree, or, without a commit, whether a
 recorded time. :func:`code_note` turns the answer into the sentence a page prints (a :class:`CodeNote`, shown as a
 marked paragraph in a notebook), so that no page compares data of other kernel sources without saying so.
 
+A sidecar that also records ``kernel_sources`` (:func:`perfutils.data.metadata.sources_digest`, written since
+2026-11-29) is compared by that digest, the kernels' files themselves, whatever its commit says; its commit is then
+named by the history's commit whose kernels hash the same, where one does.
+
 A data file written over several processes (``vocab_sweep.csv``: stages measured again over days) names each
 process in its sidecar's ``sessions``; :func:`row_sessions` finds the process that recorded each row,
 :func:`row_commits` its code, and :func:`rows_code_note` says, row by row, which recorded rows come from today's
@@ -18,15 +22,17 @@ kernel sources and which from other ones.
 
 from __future__ import annotations
 
+import functools
 import html
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
 
 __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note", "code_notes", "sessions",
            "row_sessions", "row_commits", "rows_code_note"]
 
-KERNEL_SOURCES = ("kernels",)  # what "the same code" means for a measurement: the kernels' sources
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
 
@@ -74,7 +80,36 @@ def compare_code(meta: dict, against: dict | None = None, paths=KERNEL_SOURCES, 
     ``against``, with those of another sidecar's data)?"""
     match = _compare(meta, against, tuple(paths), root)
     dirty = bool(meta.get("git_dirty")) and not meta.get("code_commit")
-    return CodeMatch(match.same, match.commit, match.date, match.changes, match.paths, dirty=dirty)
+    match = CodeMatch(match.same, match.commit, match.date, match.changes, match.paths, dirty=dirty)
+    digest = meta.get("kernel_sources")
+    if not digest or tuple(paths) != KERNEL_SOURCES:
+        return match
+    # The kernels' own files decide: the working tree's (or the other sidecar's), whatever the commits say.
+    other = sources_digest(paths, root) if against is None else against.get("kernel_sources")
+    if other is None:
+        return match
+    commit = commit_with_sources(digest, root)
+    found = {} if commit is None else {"commit": commit, "dirty": False,
+                                       "changes": _count_since(commit, against, paths, root)}
+    return replace(match, same=digest == other, **found)
+
+
+@functools.lru_cache(maxsize=64)
+def commit_with_sources(digest: str, root: Path = REPO_ROOT) -> str | None:
+    """The newest commit of this history whose kernel sources hash to ``digest`` (None: none does)."""
+    commits = _git("rev-list", "HEAD", "--", *KERNEL_SOURCES, root=root)
+    for commit in (commits or "").split():
+        if git_sources_digest(commit, KERNEL_SOURCES, root) == digest:
+            return commit[:7]
+    return None
+
+
+def _count_since(commit: str, against: dict | None, paths: tuple[str, ...], root: Path) -> int | None:
+    """Commits that touched ``paths`` after ``commit``, up to HEAD (None with ``against``: not counted)."""
+    if against is not None:
+        return None
+    count = _git("rev-list", "--count", f"{commit}..HEAD", "--", *paths, root=root)
+    return int(count) if count else None
 
 
 def _compare(meta: dict, against: dict | None, paths: tuple[str, ...], root: Path) -> CodeMatch:

@@ -84,6 +84,41 @@ def test_code_note_of_a_file_says_whether_its_kernels_are_todays(history):
     assert "kernels/loss.py;" in files and "kernels/loss.py/" not in files  # a file is named as a file
 
 
+def test_sources_digest_names_the_kernels_on_disk_as_git_holds_them(history):
+    """The digest of the files equals the one git gives for the commit that holds them, ignores Python's caches, and
+    moves with any change of a kernel file."""
+    from perfutils.data.metadata import git_sources_digest, sources_digest
+
+    root, old, new = history
+    today = sources_digest(root=root)
+    assert today == git_sources_digest(new, root=root) != git_sources_digest(old, root=root)
+    (root / "kernels" / "__pycache__").mkdir()
+    (root / "kernels" / "__pycache__" / "loss.cpython-312.pyc").write_bytes(b"\0cache")
+    assert sources_digest(root=root) == today
+    (root / "kernels" / "loss.py").write_text("A = 3\n")
+    assert sources_digest(root=root) != today
+    assert git_sources_digest("0" * 40, root=root) is None
+
+
+def test_a_recorded_digest_outweighs_a_stale_commit(history):
+    """A machine whose .git lagged behind its files names an old commit (and dirty): the kernels' digest it also
+    recorded says which kernels measured, and names their commit."""
+    from perfutils.data.metadata import git_sources_digest
+
+    root, old, new = history
+    provenance.commit_with_sources.cache_clear()
+    stale = {"git_commit": old, "git_dirty": True, "timestamp_utc": "2026-11-29T01:00:00Z"}
+    today = provenance.code_note("the counts", {**stale, "kernel_sources": git_sources_digest(new, root=root)},
+                                 root=root)
+    assert today.same is True and f"commit {new[:7]} (2026-11-29)" in today and "uncommitted" not in today
+    older = provenance.compare_code({**stale, "kernel_sources": git_sources_digest(old, root=root)}, root=root)
+    assert older.same is False and older.commit == old[:7] and older.changes == 1 and not older.dirty
+    edited = provenance.compare_code({**stale, "kernel_sources": "0" * 16}, root=root)  # kernels never committed
+    assert edited.same is False and edited.dirty and edited.commit == old
+    both = provenance.compare_code({"kernel_sources": "ab" * 8}, against={"kernel_sources": "ab" * 8}, root=root)
+    assert both.same is True
+
+
 def test_rows_code_note_counts_rows_of_todays_and_of_other_sources(history):
     root, old, new = history
     meta = with_commits(sidecar(), old, new)

@@ -372,12 +372,13 @@ def test_collect_metadata_records_the_code_commit_it_is_given(monkeypatch):
 def test_collect_metadata_works_without_a_gpu():
     import torch
 
-    from perfutils.data.metadata import collect_metadata
+    from perfutils.data.metadata import collect_metadata, sources_digest
 
     info = collect_metadata({"tokens": [1, 2]}, 3000.0)
     assert info["parameters"] == {"tokens": [1, 2]} and info["copy_gbps"] == 3000.0
     assert info["python_version"] and info["torch_version"] == torch.__version__
     assert info["timestamp_utc"].endswith("Z")
+    assert info["kernel_sources"] == sources_digest()  # the kernels on disk, whatever .git says
     if not torch.cuda.is_available():
         assert info["device"] == "cpu" and info["gpu_name"] is None and info["sm_count"] is None
     json.dumps(info)  # goes straight into the sidecar

@@ -10,6 +10,7 @@ visible in the sidecar instead of silently absent). On a machine without CUDA th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -23,7 +24,8 @@ from typing import Any
 
 from .schema import utc_now
 
-__all__ = ["collect_metadata", "PROJECT_ROOT", "find_cuda_tool", "tool_version", "ptxas_in_use", "triton_bin_dir"]
+__all__ = ["collect_metadata", "PROJECT_ROOT", "find_cuda_tool", "tool_version", "ptxas_in_use", "triton_bin_dir",
+           "KERNEL_SOURCES", "sources_digest", "git_sources_digest"]
 
 # The checkout this package lives in: git state is read from here, not from the working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +178,39 @@ def _probe_git(meta: dict[str, Any]) -> None:
     meta["git_commit"] = _run(["git", "-C", root, "rev-parse", "HEAD"]).strip()
 
 
+KERNEL_SOURCES = ("kernels",)  # what "the same code" means for a measurement: the kernels' sources
+
+
+def _digest(entries) -> str:
+    return hashlib.sha256("".join(f"{path} {blob}\n" for path, blob in sorted(entries)).encode()).hexdigest()[:16]
+
+
+def sources_digest(paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT) -> str:
+    """The files under ``paths`` (folders relative to ``root``) as they are on disk: a hash over each file's path and
+    git blob id (``__pycache__`` left out, as git ignores it). :func:`git_sources_digest` gives the same for a
+    commit, so a sidecar's ``kernel_sources`` names the kernels that measured it even where the measuring machine's
+    ``.git`` lagged behind its files (its ``git_commit`` then names an older commit)."""
+    entries = []
+    for top in paths:
+        for file in (Path(root) / top).rglob("*"):
+            if file.is_file() and "__pycache__" not in file.parts:
+                data = file.read_bytes()
+                entries.append((file.relative_to(root).as_posix(),
+                                hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()))
+    return _digest(entries)
+
+
+def git_sources_digest(commit: str, paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT) -> str | None:
+    """:func:`sources_digest` of ``paths`` at ``commit`` (None where git cannot answer)."""
+    try:
+        listing = _run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", *paths])
+    except Exception:  # noqa: BLE001 - no git, or a commit it does not hold
+        return None
+    entries = [(path, fields.split()[2]) for fields, path in (line.split("\t", 1) for line in listing.splitlines())
+               if fields.split()[1] == "blob"]
+    return _digest(entries)
+
+
 def _json_safe(value: Any, where: str) -> Any:
     """Parameters go into a JSON file: check that now, not when the sweep ends."""
     try:
@@ -201,9 +236,10 @@ def collect_metadata(
     Keys: ``timestamp_utc, device ("cuda"|"cpu"), gpu_name, compute_capability [major, minor],
     sm_count, l2_bytes, total_memory_bytes, driver_version, sm_clock_mhz, mem_clock_mhz,
     sm_clock_max_mhz, mem_clock_max_mhz, sm_clock_app_mhz, power_limit_w, cuda_version,
-    torch_version, triton_version, python_version, platform, git_commit, git_dirty, copy_gbps,
-    parameters, probe_errors``; and ``code_commit`` when ``$FUSED_LOSS_CODE_COMMIT`` names the commit the code came
-    from (a ValueError when it is not a commit hash: a wrong provenance is worse than none).
+    torch_version, triton_version, python_version, platform, git_commit, git_dirty, kernel_sources
+    (:func:`sources_digest`), copy_gbps, parameters, probe_errors``; and ``code_commit`` when
+    ``$FUSED_LOSS_CODE_COMMIT`` names the commit the code came from (a ValueError when it is not a commit hash: a
+    wrong provenance is worse than none).
     """
     code_commit = _code_commit()
     if parameters is None:
@@ -264,6 +300,10 @@ def collect_metadata(
         _probe_git(meta)
     except Exception as exc:
         errors["git"] = f"{type(exc).__name__}: {exc}"
+    try:  # the kernels as they are on this machine, whatever its .git says
+        meta["kernel_sources"] = sources_digest()
+    except Exception as exc:
+        errors["kernel_sources"] = f"{type(exc).__name__}: {exc}"
     if code_commit is not None:
         meta["code_commit"] = code_commit
     meta["probe_errors"] = errors
