@@ -25,6 +25,7 @@ from .schema import (COLUMNS, ID_COLUMNS, NON_EMPTY, SCHEMA_VERSION, STATUSES, D
 
 __all__ = [
     "exploration_records",
+    "exploration_days",
     "load_records",
     "load_metadata",
     "load_study",
@@ -211,14 +212,8 @@ def load_study(data_dir: str | os.PathLike, gpu: str, study: str, producer: str)
     return load_records(path)
 
 
-def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
-    """The JSON records of an exploration's timing log (``scripts/explore_lagged.py time-...``, kept under
-    ``data/<gpu>/logs``): one dict per line that is a JSON object opening with ``{"lag":``, ``{"tree":`` or ``{"loss":``
-    (runs Z and later print no lag). ``LOG::HEADER`` reads only the
-    records under that ``## ...`` header line of a log that holds several passes, up to the next header. The log's own
-    ``#`` header says what was measured, on which GPU, with which code."""
-    import re
-
+def _log_text(log: str | os.PathLike) -> str:
+    """An exploration log's text, or with ``LOG::HEADER`` the part under that ``## ...`` header line, up to the next."""
     path, _, section = str(log).partition("::")
     text = Path(path).read_text()
     if section:
@@ -227,5 +222,26 @@ def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
             raise DataFileError(f"{path}: no header line {section!r}")
         text = text[text.index(marker) + 1:]
         text = text[:text.find("\n## ")] if "\n## " in text else text
+    return text
+
+
+def exploration_days(log: str | os.PathLike) -> str | None:
+    """The days an exploration log (or ``LOG::HEADER``, its section) was run, from the UTC times its ``#`` lines
+    stamp (``2026-11-29T01:22Z``): one day, "first to last", or None where it stamps none."""
+    import re
+
+    days = sorted(set(re.findall(r"^#.*?\b(20\d\d-\d\d-\d\d)T\d\d:\d\d", _log_text(log), re.MULTILINE)))
+    return None if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def exploration_records(log: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON records of an exploration's timing log (``scripts/explore_lagged.py time-...``, kept under
+    ``data/<gpu>/logs``): one dict per line that is a JSON object opening with ``{"lag":``, ``{"tree":`` or ``{"loss":``
+    (runs Z and later print no lag). ``LOG::HEADER`` reads only the
+    records under that ``## ...`` header line of a log that holds several passes, up to the next header. The log's own
+    ``#`` header says what was measured, on which GPU, with which code."""
+    import re
+
+    text = _log_text(log)
     return [json.loads(found) for found in re.findall(r'^\{"(?:tree|lag|loss)": [^{}\n]*\}$', text, re.MULTILINE)]
 
