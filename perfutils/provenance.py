@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import html
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
@@ -78,20 +78,22 @@ class CodeMatch:
 def compare_code(meta: dict, against: dict | None = None, paths=KERNEL_SOURCES, root: Path = REPO_ROOT) -> CodeMatch:
     """Were the data of sidecar ``meta`` recorded with the kernel sources of today's working tree (or, with
     ``against``, with those of another sidecar's data)?"""
-    match = _compare(meta, against, tuple(paths), root)
+    paths = tuple(paths)
     dirty = bool(meta.get("git_dirty")) and not meta.get("code_commit")
-    match = CodeMatch(match.same, match.commit, match.date, match.changes, match.paths, dirty=dirty)
     digest = meta.get("kernel_sources")
-    if not digest or tuple(paths) != KERNEL_SOURCES:
-        return match
-    # The kernels' own files decide: the working tree's (or the other sidecar's), whatever the commits say.
-    other = sources_digest(paths, root) if against is None else against.get("kernel_sources")
-    if other is None:
-        return match
-    commit = commit_with_sources(digest, root)
-    found = {} if commit is None else {"commit": commit, "dirty": False,
-                                       "changes": _count_since(commit, against, paths, root)}
-    return replace(match, same=digest == other, **found)
+    # The kernels' own files decide where the sidecar recorded them: the working tree's (or the other sidecar's),
+    # whatever the commits say; git's history then only names the commit that holds them.
+    other = None
+    if digest and paths == KERNEL_SOURCES:
+        other = sources_digest(paths, root) if against is None else against.get("kernel_sources")
+    found = commit_with_sources(digest, root) if other is not None else None
+    if found is not None:
+        _, stamp = recorded_code(meta)
+        return CodeMatch(digest == other, found, stamp[:10] if stamp else None,
+                         _count_since(found, against, paths, root), paths)
+    match = _compare(meta, against, paths, root)
+    same = match.same if other is None else digest == other
+    return CodeMatch(same, match.commit, match.date, match.changes, paths, dirty=dirty)
 
 
 @functools.lru_cache(maxsize=64)

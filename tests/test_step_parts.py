@@ -61,7 +61,7 @@ def test_the_recorded_run_ae_reads_and_plots():
     fig = step_parts.plot_step_parts(parts, title="H200")
     ax = fig.axes[0]
     assert len(ax.patches) == 6 * 5  # a bar per cell and part, the stream drawn as ticks
-    assert [label.get_text() for label in ax.get_yticklabels()][0] == "labels CE\n32000 columns"
+    assert [label.get_text() for label in ax.get_yticklabels()][0] == "cross_entropy (labels)\n32000 columns"
 
 
 def test_exploration_days_reads_the_stamps_of_a_log_or_its_section(tmp_path):

@@ -10,16 +10,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from .vocab_sweep import loss_label
+
 # The parts of run AE, in the order a reader takes them away, and their colours
 PARTS = {0: "whole step", 1: "no wait for a peer", 4: "no second read", 2: "no summaries read", 6: "neither read",
          "stream": "plain stream"}
 COLOURS = {0: "#1f4e9c", 1: "#7fa7d9", 4: "#f28e2b", 2: "#d1495b", 6: "#2e933c", "stream": "#555555"}
-LOSS_NAMES = {("cross_entropy", "labels"): "labels CE", ("cross_entropy", "logits"): "CE from logits",
-              ("forward_kl", "logits"): "forward KL", ("reverse_kl", "logits"): "reverse KL"}
-
-
-def _loss_name(loss: str, target_format: str) -> str:
-    return LOSS_NAMES.get((loss, target_format), f"{loss} from {target_format}")
 
 
 def step_parts(records) -> pd.DataFrame:
@@ -82,7 +78,7 @@ def plot_step_parts(parts: pd.DataFrame, *, title: str = "") -> plt.Figure:
         if cell in streams.index:
             ax.plot([streams[cell]] * 2, [i - 0.45, i + 0.45], color="black", lw=2)
     ax.plot([], [], color="black", lw=2, label=PARTS["stream"])
-    ax.set_yticks(np.arange(len(cells)), [f"{_loss_name(loss, fmt)}\n{vocab} columns" for loss, fmt, vocab in cells])
+    ax.set_yticks(np.arange(len(cells)), [f"{loss_label(loss, fmt)}\n{vocab} columns" for loss, fmt, vocab in cells])
     ax.invert_yaxis()
     ax.set_xlabel("% of copy bandwidth (best configuration of each part)")
     low = np.nanmin(parts["pct"]) - 10
@@ -109,7 +105,7 @@ def parts_reading(parts: pd.DataFrame, distribution=("forward_kl", "reverse_kl")
     text = ("Over the whole step, the distribution losses gain (points of copy bandwidth): " + "; ".join(gains) + ".")
     if 6 in table.columns and "stream" in table.columns:
         worst = table[6].idxmin()
-        text += (f" With neither read, {_loss_name(worst[0], worst[1])} at {worst[2]} columns still runs at "
+        text += (f" With neither read, {loss_label(worst[0], worst[1])} at {worst[2]} columns still runs at "
                  f"{table.loc[worst, 6]:.1f}% of copy, where a plain stream of the same bytes runs at "
                  f"{table.loc[worst, 'stream']:.1f}%.")
     return text
