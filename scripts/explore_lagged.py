@@ -394,6 +394,14 @@ def copy_gbps():
     return read_copy_gbps(data_path("data", gpu, "ceilings"), gpu)
 
 
+def session_copy_gbps():
+    """The recorded copy bandwidth (copy_gbps), after a first JSON line naming the GPU and the versions."""
+    copy = copy_gbps()
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_gbps_recorded": copy, "torch": torch.__version__,
+                      "triton": triton.__version__}), flush=True)
+    return copy
+
+
 def cell_bytes(fmt, vocab, tokens):
     """The bytes a cell's loss must move at least: read the logits (and the target logits), write the gradient."""
     return tokens * vocab * 2 * (2 if fmt == "labels" else 3)

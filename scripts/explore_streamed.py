@@ -25,7 +25,7 @@ import torch
 import triton
 
 import kernels
-from explore_lagged import TOKENS, cell_bytes, checked_ms, copy_gbps, inputs, references
+from explore_lagged import TOKENS, cell_bytes, checked_ms, inputs, references, session_copy_gbps
 from perfutils.lab_kernels.streamed_row import resident_tma_loss, streamed_row_loss
 
 LOSSES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
@@ -58,9 +58,7 @@ RESIDENT_CONFIGS = {"labels": [(2, 16), (3, 16), (2, 32), (3, 32)], "logits": [(
 
 
 def time_cells(vocabs, resident=False):
-    copy = copy_gbps()
-    print(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_gbps_recorded": copy, "torch": torch.__version__,
-                      "triton": triton.__version__}), flush=True)
+    copy = session_copy_gbps()
     for vocab in vocabs:
         for loss, fmt in LOSSES:
             x, t = inputs(fmt, vocab, TOKENS)
