@@ -32,7 +32,6 @@ VOCABS = [32000, 50304, 65536, 131072]
 BLOCKS = {32000: (4096, 8192), 50304: (8192, 16384), 65536: (8192, 16384), 131072: (8192, 16384, 32768)}
 WARPS = {4096: (4, 8), 8192: (4, 8), 16384: (8, 16), 32768: (16, 32)}
 CAPS = {"labels": (None, 96, 80), "logits": (None, 128, 96)}  # register caps (maxnreg)
-SCHEDULES = ("plain", "prefetch", "lagged")  # cluster_row_kernel's: PREFETCH, LAGGED
 
 
 def configs(vocab, fmt, schedules=("prefetch", "lagged")):

@@ -32,6 +32,13 @@ def test_a_marker_sets_the_product_plans_against_the_variation():
     assert "faster than the product's plans at 0 of 1 cells" in designs.designs_reading(best)
 
 
+def test_a_design_taken_apart_counts_only_its_whole_kernel():
+    records = [record("public", 0.20, 80.0), {**record("a", 0.25, 64.0), "ablate": 0},
+               {**record("a", 0.15, 99.0), "ablate": 3, "err": float("inf")}]
+    best = designs.best_against_product(records, "d")
+    assert best[["best_cfg", "design_pct"]].values.tolist() == [["a", 64.0]]
+
+
 def test_a_cell_without_the_public_call_is_left_out():
     assert designs.best_against_product([record("a", 0.3, 50.0)], "d").empty
 
