@@ -4,7 +4,7 @@
 caller is planned as asked; ``split_row`` without one runs its own entry of the committed tuning table
 (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.studies.tuning`` from H100 sweeps: per (loss, target_format,
 dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
-of the same loss); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
+of the same loss; the H200's holds the first-call search's own choices as its vocab sweep recorded them); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
 the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
 without a table a heuristic (split_row with its default chunks).
 
@@ -121,12 +121,15 @@ def load_tuning_table(gpu_name: str, data_dir: Path = DATA_DIR) -> tuple[dict, .
 
 
 def table_choice(rows, loss: str, target_format: str, dtype: str, n_cols: int,
-                 variant: str | None = None) -> Choice | None:
-    """The table's entry for this shape (the nearest recorded vocab), fastest variant or ``variant``'s own."""
+                 variant: str | None = None, unfit: tuple = ()) -> Choice | None:
+    """The table's entry for this shape (the nearest recorded vocab), fastest variant or ``variant``'s own; entries
+    whose kernel is in ``unfit`` (one that cannot take the call: ``resident_row`` for a row it cannot hold) are
+    passed over."""
     rows = [
         row for row in rows
         if row["loss"] == loss and row["target_format"] == target_format and row["dtype"] == dtype
         and (variant is None or row["variant"] == variant)
+        and canonical_variant(row["variant"], json.loads(row.get("options") or "{}"))[0] not in unfit
     ]
     if not rows:
         return None
@@ -142,7 +145,8 @@ def table_entry(problem: Problem, variant: str | None = None) -> Choice | None:
     """The committed table's entry for a problem on its CUDA device (:func:`table_choice`): the fastest variant's, or
     ``variant``'s own; the first-call search's seed."""
     return table_choice(load_tuning_table(torch.cuda.get_device_name(problem.logits.device)), problem.loss,
-                        problem.target_format, DTYPE_NAMES[problem.logits.dtype], problem.n_cols, variant)
+                        problem.target_format, DTYPE_NAMES[problem.logits.dtype], problem.n_cols, variant,
+                        unfit=() if resident_fits(problem) else ("resident_row",))
 
 
 def choose_config(problem: Problem, *, variant: str = "auto", block_size=None, num_warps=None,

@@ -109,7 +109,7 @@ def test_index_holds_the_headline_results_table(built):
 @pytest.mark.parametrize("gpu_slug", ["h100-sxm-80gb", "h200"])
 def test_index_holds_the_results_tables_of_every_gpu(built, gpu_slug):
     """The tables that once lived in the README, on the landing page, generated from the data: the vocab sweep of
-    each GPU (the H200's: a GPU the tuning table has never seen), the H100's peers at 16384 tokens (the table and its
+    each GPU (the H200's: a GPU without tuning sweeps), the H100's peers at 16384 tokens (the table and its
     source line, not the whole grid's worst cells again), the one-process grid and the tensor-parallel study."""
     _, page, _ = built
     gpu_dir = REPO / "data" / gpu_slug

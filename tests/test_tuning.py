@@ -128,3 +128,70 @@ def test_benchmark_table_is_generated_from_the_data():
 
     text = benchmark_table(H100_DIR)
     assert text.startswith("| loss × vocab |") and "benchmark.csv" in text
+
+
+H200_DIR = H100_DIR.parent / "h200"
+
+
+def test_a_kernel_that_cannot_take_the_call_is_passed_over():
+    table = [entry("resident_row", 32768, 0.15, 32768, 8), entry("split_row", 32768, 0.18, 8192, 4),
+             entry("fused", 49152, 0.19, 16384, 16, json.dumps({"resident": True}))]
+    assert table_choice(table, "cross_entropy", "labels", "bf16", 32000).variant == "resident_row"
+    choice = table_choice(table, "cross_entropy", "labels", "bf16", 32001, unfit=("resident_row",))
+    assert (choice.variant, choice.block_size) == ("split_row", 8192)
+    # the earlier spelling of the resident row is the same kernel
+    assert table_choice(table, "cross_entropy", "labels", "bf16", 49152, unfit=("resident_row",)).variant == "split_row"
+
+
+def search_row(vocab, plan, ms, stamp, variant="public", tokens=4096, status="ok"):
+    return dict(loss="forward_kl", target_format="logits", dtype="bf16", vocab=vocab, tokens=tokens, variant=variant,
+                status=status, ms_median=ms, pct_of_copy=70.0, gpu_name="NVIDIA H200", timestamp_utc=stamp,
+                plan_config=json.dumps(plan) if plan else "")
+
+
+def test_search_table_keeps_each_cells_last_search_choice(tmp_path, monkeypatch):
+    lagged = {"variant": "split_row", "block_size": 4096, "num_warps": 4, "options": {"maxnreg": 96},
+              "source": "first-call search"}
+    rows = [search_row(32000, {**lagged, "block_size": 8192}, 0.30, "2026-11-25T00:00:00Z"),
+            search_row(32000, lagged, 0.27, "2026-11-28T00:00:00Z"),  # measured again: this choice counts
+            search_row(65536, {**lagged, "source": "caller"}, 0.5, "2026-11-28T00:00:00Z"),  # not the search's
+            search_row(65536, lagged, 0.52, "2026-11-28T00:00:00Z", variant="plan"),
+            search_row(131072, lagged, 1.0, "2026-11-28T00:00:00Z", tokens=1024),
+            search_row(131072, lagged, 1.0, "2026-11-28T00:00:00Z", status="error")]
+    monkeypatch.setattr(tuning, "load_records", lambda path: pd.DataFrame(rows))
+    table = tuning.build_search_table(tmp_path)
+    assert table[["vocab", "variant", "block_size", "num_warps", "options", "fastest"]].values.tolist() == [
+        [32000, "split_row", 4096, 4, '{"maxnreg": 96}', True]]
+    assert table["ms_median"].tolist() == [0.27]
+    monkeypatch.setattr(tuning, "load_records", lambda path: pd.DataFrame(rows[2:]))
+    with pytest.raises(ValueError, match="first-call search chose"):
+        tuning.build_search_table(tmp_path)
+
+
+def test_h200_table_is_its_vocab_sweeps_search_choices():
+    """The H200's tuning.csv is what build_search_table makes of its committed vocab sweep (not hand-edited)."""
+    built = tuning.build_search_table(H200_DIR)
+    committed = pd.read_csv(H200_DIR / "tuning.csv", keep_default_na=False)
+    for column in ["loss", "target_format", "dtype", "variant", "options"]:
+        assert list(built[column]) == list(committed[column]), column
+    for column in ["vocab", "block_size", "num_warps"]:
+        assert [int(v) for v in built[column]] == [int(v) for v in committed[column]], column
+    assert built["ms_median"].tolist() == pytest.approx(committed["ms_median"].astype(float).tolist(), rel=1e-12)
+    assert json.loads((H200_DIR / "tuning.json").read_text())["derived_from"] == ["vocab_sweep.csv"]
+
+
+def test_every_h200_entry_plans_at_its_own_vocab():
+    """Each entry is a configuration its kernel's planner takes, options (register caps) included."""
+    import torch
+
+    from kernels.autotune import PLANNERS, canonical_variant
+    from kernels.problem import build_problem
+
+    for row in pd.read_csv(H200_DIR / "tuning.csv", keep_default_na=False).itertuples():
+        logits = torch.zeros(4, row.vocab, dtype=torch.bfloat16)
+        target = (torch.zeros(4, dtype=torch.int64) if row.target_format == "labels" else torch.zeros_like(logits))
+        problem = build_problem(logits, target, loss=row.loss, target_format=row.target_format, grad_output=1.0,
+                                ignore_index=-100, loss_mask=None)
+        variant, options = canonical_variant(row.variant, json.loads(row.options))
+        plan = PLANNERS[variant](problem, int(row.block_size), int(row.num_warps), **options)
+        assert plan.variant == variant, row
