@@ -333,7 +333,10 @@ def _search(problem: Problem, seed, planners: dict) -> tuple[dict, Plan] | None:
     fastest = sorted(lagged, key=lambda item: item[0])[:len(TWIN_STEPS)]
     for steps, (_ms, (variant, block_size, num_warps, options), compiled) in zip(TWIN_STEPS, fastest):
         for cap in capped_registers(compiled, steps):
-            time_candidate(variant, block_size, num_warps, {**options, "maxnreg": cap})
+            twin = {"variant": variant, "block_size": block_size, "num_warps": num_warps,
+                    "options": {**options, "maxnreg": cap}}
+            if not any(all(entry[name] == value for name, value in twin.items()) for entry in timed):  # the seed
+                time_candidate(*twin.values())
     if best is None:
         return None
     entry, plan = best

@@ -106,6 +106,18 @@ def test_search_times_the_two_fastest_lagged_kernels_under_register_caps(monkeyp
     assert plan.key == (4096, 4, (("maxnreg", 80),))  # the twin's own plan, as timed
 
 
+def test_a_capped_seed_is_not_timed_again_as_a_twin(monkeypatch):
+    """A table entry that is itself a capped twin (the H200's table holds the search's choices) is timed once, as the
+    seed, not again when the same cap comes up among its kernel's twins."""
+    monkeypatch.setattr(autotune, "_time_plan", lambda plan, repeats: 0.5)
+    monkeypatch.setattr(autotune, "capped_registers", lambda compiled, steps: [96, 80])
+    seed = Choice("split_row", 8192, 4, {"maxnreg": 96}, source="tuning table")
+    entry, _plan = autotune._search(problem(n_cols=50304), seed, {"split_row": fake_planner})
+    keys = [(c["block_size"], c["num_warps"], tuple(sorted(c["options"].items()))) for c in entry["candidates"]]
+    assert keys[0] == (8192, 4, (("maxnreg", 96),)) and len(keys) == len(set(keys))
+    assert (8192, 4, (("maxnreg", 80),)) in keys
+
+
 def test_capped_registers_reads_a_launched_kernel():
     """Caps that fit one and two more programs per SM, then the one that allows the most registers with one program
     fewer (sm_90, 4 warps, no shared memory: 168 registers fit 3 blocks, 128 fit 4, 96 fit 5, 80 fit 6); nothing for
