@@ -4,9 +4,10 @@
 caller is planned as asked; ``split_row`` without one runs its own entry of the committed tuning table
 (``data/<gpu-slug>/tuning.csv``, written by ``perfutils.studies.tuning`` from H100 sweeps: per (loss, target_format,
 dtype, vocab) and variant, that variant's best (block_size, num_warps, options), taken at the nearest recorded vocab
-of the same loss; the H200's holds the first-call search's own choices as its vocab sweep recorded them); ``auto`` on a GPU runs the first-call search below, seeded with the table's fastest entry; where
-the search cannot run (CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and
-without a table a heuristic (split_row with its default chunks).
+of the same loss; the H200's holds the first-call search's own choices as its vocab sweep recorded them); ``auto`` on
+a GPU runs the first-call search below, seeded with the table's fastest entry; where the search cannot run
+(CUDA-graph capture, ``FUSED_LOSS_AUTOTUNE=0``, the interpreter) it takes that entry, and without a table a heuristic
+(split_row with its default chunks).
 
 The search, at the first call of a shape class, kept on disk: the table holds a few vocabularies at 4096 tokens
 measured on one GPU. Users train at 32000, 50257, 128256, 151936, 256000 columns, at many token counts, on other

@@ -7,11 +7,11 @@ beside the product's public call and a plain stream of the same bytes, in one pr
   python scripts/explore_cluster.py time [VOCAB ...]    # check and time every configuration: one JSON line each
   python scripts/explore_cluster.py ablate              # run AJ: the lagged cluster step taken apart
 
-Each configuration (block, warps, register cap, schedule: plain, prefetch or lagged) is checked against float64 (the loss over all rows, the
-gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed). Both sides are calls with their
-allocations: ``cluster_row_loss`` (kernel, gradient and row-loss buffers, a torch sum) and the product's public
-``kernels.entropy_loss_forward_backward``. % of copy: the bytes a loss must move (``explore_lagged.cell_bytes``)
-over the copy bandwidth of the GPU's recorded ceilings.
+Each configuration (block, warps, register cap, schedule: plain, prefetch or lagged) is checked against float64 (the
+loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed). Both sides are
+calls with their allocations: ``cluster_row_loss`` (kernel, gradient and row-loss buffers, a torch sum) and the
+product's public ``kernels.entropy_loss_forward_backward``. % of copy: the bytes a loss must move
+(``explore_lagged.cell_bytes``) over the copy bandwidth of the GPU's recorded ceilings.
 """
 import itertools
 import json
@@ -104,7 +104,8 @@ def time_cells(vocabs, chosen=None):
             base = {"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS}
 
             def emit(record, ms, err=None):
-                print(json.dumps({**base, **record, "ms": round(ms, 4), **({} if err is None else {"err": round(err, 5)}),
+                checked = {} if err is None else {"err": round(err, 5)}
+                print(json.dumps({**base, **record, "ms": round(ms, 4), **checked,
                                   "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
 
             out = torch.empty_like(x)
