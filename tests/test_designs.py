@@ -39,6 +39,17 @@ def test_a_design_taken_apart_counts_only_its_whole_kernel():
     assert best[["best_cfg", "design_pct"]].values.tolist() == [["a", 64.0]]
 
 
+def test_taken_apart_averages_each_part_over_the_passes():
+    records = [{**record("4096/4/lag", 0.3, pct), "ablate": ablate, "pass": run}
+               for run, values in ((1, (60.0, 64.0, 70.0)), (2, (61.0, 64.0, 71.0)))
+               for ablate, pct in zip((0, 2, 3), values)]
+    records += [record("public", 0.2, 80.0), {**record("4096/4/lag", 0.2, 99.0), "ablate": 1}]  # not a named part
+    table = designs.taken_apart(records, {0: "whole", 2: "no read", 3: "neither"})
+    assert table.columns.tolist() == ["loss", "vocab", "cfg", "whole", "no read", "neither"]
+    assert table[["whole", "no read", "neither"]].values.tolist() == [[60.5, 64.0, 70.5]]
+    assert designs.taken_apart([record("public", 0.2, 80.0)], {0: "whole"}).empty
+
+
 def test_a_cell_without_the_public_call_is_left_out():
     assert designs.best_against_product([record("a", 0.3, 50.0)], "d").empty
 

@@ -42,6 +42,20 @@ def best_against_product(records, design: str, marker: str | None = None) -> pd.
     return pd.DataFrame(rows, columns=columns)
 
 
+def taken_apart(records, parts: dict) -> pd.DataFrame:
+    """A design's step taken apart (records with an ``ablate`` field: 0 the whole kernel, other values the variants
+    ``parts`` names): per cell and configuration, the mean % of copy of each part over the passes, one column a part
+    in the order of ``parts``."""
+    frame = pd.DataFrame([r for r in records if "ms" in r and r.get("ablate") in parts])
+    if frame.empty:
+        return pd.DataFrame(columns=["loss", "vocab", "cfg", *parts.values()])
+    frame["loss"] = frame["loss"] + "/" + frame["fmt"]
+    frame["part"] = frame["ablate"].map(parts)
+    table = frame.pivot_table(index=["loss", "vocab", "cfg"], columns="part", values="pct", aggfunc="mean",
+                              sort=False)
+    return table.reindex(columns=list(parts.values())).reset_index().rename_axis(columns=None)
+
+
 LOSS_KERNELS = ("streamed_row", "resident_tma", "resident_row", "split_row", "fused", "two_pass")
 
 
