@@ -265,17 +265,18 @@ def max_active_clusters(function: int, num_warps: int, chunks: int, shared: int)
     return count.value
 
 
-_compiled: dict = {}
+_launchers: dict = {}  # signature -> (compiled kernel, clusters, shared bytes): compiled and sized once
 last_launch: dict = {}  # the last call's clusters, CTAs a cluster, registers and shared bytes (for the logs)
 
 
-def cluster_row_loss(logits: torch.Tensor, target: torch.Tensor, *, loss: str = "forward_kl",
-                     target_format: str = "logits", block: int = 4096, num_warps: int = 4,
-                     programs_per_sm: int | None = None, prefetch: bool = False, lagged: bool = False, ablate: int = 0,
-                     maxnreg: int | None = None,
-                     grad_output: float = 1.0):
-    """(mean loss, gradient) of a contiguous 2-D call through :func:`cluster_row_kernel` (exploration, GPU only).
-    ``programs_per_sm``: None for as many clusters as the GPU holds at once (:func:`max_active_clusters`)."""
+def prepare_cluster_row(logits: torch.Tensor, target: torch.Tensor, *, loss: str = "forward_kl",
+                        target_format: str = "logits", block: int = 4096, num_warps: int = 4,
+                        programs_per_sm: int | None = None, prefetch: bool = False, lagged: bool = False,
+                        ablate: int = 0, maxnreg: int | None = None, grad_output: float = 1.0):
+    """A launch of :func:`cluster_row_kernel` for these tensors, compiled and sized, with its gradient and row-loss
+    buffers: a callable that launches it and returns (row losses, gradient), kernel-only like a prepared plan of the
+    product (exploration, GPU only). ``programs_per_sm``: None for as many clusters as the GPU holds at once
+    (:func:`max_active_clusters`)."""
     key = (loss, target_format)
     if key not in LOSS_CODES:
         raise ValueError(f"(loss, target_format) must be one of {sorted(LOSS_CODES)}, got {key}")
@@ -292,29 +293,38 @@ def cluster_row_loss(logits: torch.Tensor, target: torch.Tensor, *, loss: str = 
     args = [logits, logits if is_labels else target, target if is_labels else logits, grad, row_loss, n_rows, n_cols,
             7, grad_output / n_rows]
     constexprs = dict(LOSS=LOSS_CODES[key], NUM_CHUNKS=chunks, CHUNKS_POW2=triton.next_power_of_2(chunks),
-                      BLOCK_SIZE=block, PREFETCH=bool(prefetch), LAGGED=bool(lagged),
-                      ABLATE=int(ablate))
-    signature = (logits.dtype, is_labels, n_rows % 16 == 0, n_cols % 16 == 0, num_warps, maxnreg,
+                      BLOCK_SIZE=block, PREFETCH=bool(prefetch), LAGGED=bool(lagged), ABLATE=int(ablate))
+    signature = (logits.dtype, is_labels, n_rows % 16 == 0, n_cols % 16 == 0, num_warps, maxnreg, programs_per_sm,
                  tuple(sorted(constexprs.items())))
-    compiled = _compiled.get(signature)
-    if compiled is None:
+    if signature not in _launchers:
         options = {} if maxnreg is None else {"maxnreg": maxnreg}
         compiled = cluster_row_kernel.warmup(*args, **constexprs, num_warps=num_warps, grid=(1,), **options)
-        _compiled[signature] = compiled
-    run = compiled.run  # (loads the kernel: n_regs is known from here)
-    shared = -(-compiled.metadata.shared // 16) * 16 + RESERVED
-    if programs_per_sm is None:  # every cluster the GPU holds at once
-        n_slots = max_active_clusters(compiled.function, num_warps, chunks, shared)
-    else:
-        sms = torch.cuda.get_device_properties(logits.device).multi_processor_count
-        n_slots = programs_per_sm * sms // chunks
-    n_slots = max(1, min(n_rows, n_slots))
+        compiled.run  # noqa: B018 - loads the kernel: its function and n_regs are known from here
+        shared = -(-compiled.metadata.shared // 16) * 16 + RESERVED
+        if programs_per_sm is None:  # every cluster the GPU holds at once
+            clusters = max_active_clusters(compiled.function, num_warps, chunks, shared)
+        else:
+            clusters = programs_per_sm * torch.cuda.get_device_properties(logits.device).multi_processor_count // chunks
+        _launchers[signature] = (compiled, clusters, shared)
+    compiled, clusters, shared = _launchers[signature]
+    n_slots = max(1, min(n_rows, clusters))
     args[7] = n_slots
     last_launch.update(clusters=n_slots, ctas=chunks, regs=compiled.n_regs, shared=shared)
     values = args + [constexprs[name] for name in ("LOSS", "NUM_CHUNKS", "CHUNKS_POW2", "BLOCK_SIZE", "PREFETCH",
-                                                         "LAGGED", "ABLATE")]
+                                                   "LAGGED", "ABLATE")]
     stream = torch.cuda.current_stream(logits.device).cuda_stream
-    # Triton's launcher: a grid of n_slots clusters of `chunks` CTAs (its num_ctas), `shared` bytes each
-    run.launch(n_slots, 1, 1, stream, compiled.function, 0, 0, None, None, (num_warps, chunks, shared), None, None,
-               None, *values)
-    return row_loss.sum() / n_rows * grad_output, grad
+    middle = (compiled.function, 0, 0, None, None, (num_warps, chunks, shared), None, None, None)
+
+    def run():
+        # Triton's launcher: a grid of n_slots clusters of `chunks` CTAs (its num_ctas), `shared` bytes each
+        compiled.run.launch(n_slots, 1, 1, stream, *middle, *values)
+        return row_loss, grad
+
+    return run
+
+
+def cluster_row_loss(logits: torch.Tensor, target: torch.Tensor, *, grad_output: float = 1.0, **options):
+    """(mean loss, gradient) of a contiguous 2-D call through :func:`cluster_row_kernel`: a launch prepared with
+    ``options`` (:func:`prepare_cluster_row`) and the mean of its row losses, a call with its allocations."""
+    row_loss, grad = prepare_cluster_row(logits, target, grad_output=grad_output, **options)()
+    return row_loss.sum() / logits.shape[0] * grad_output, grad
