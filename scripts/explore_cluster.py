@@ -6,6 +6,8 @@ beside the product's public call and a plain stream of the same bytes, in one pr
   python scripts/explore_cluster.py compile PART PARTS  # compile a share of the configurations (16-row inputs)
   python scripts/explore_cluster.py time [VOCAB ...]    # check and time every configuration: one JSON line each
   python scripts/explore_cluster.py ablate              # run AJ: the lagged cluster step taken apart
+  python scripts/explore_cluster.py kernel-only         # run AL: run AI's best kernel-only and as a call, beside the
+                                                        # product's prepared plan and public call
 
 Each configuration (block, warps, register cap, schedule: plain, prefetch or lagged) is checked against float64 (the
 loss over all rows, the gradient on 16 sampled rows) before it is timed (do_bench median, L2 flushed). Both sides are
@@ -23,8 +25,7 @@ import triton
 import kernels
 from explore_lagged import (TOKENS, cell_bytes, checked_ms, inputs, references, session_copy_gbps,
                             stream_kernel)
-import explore_lagged
-from perfutils.lab_kernels.cluster_row import cluster_row_loss, last_launch
+from perfutils.lab_kernels.cluster_row import cluster_row_loss, last_launch, prepare_cluster_row
 
 LOSSES = [("cross_entropy", "labels"), ("forward_kl", "logits"), ("reverse_kl", "logits"), ("cross_entropy", "logits")]
 VOCABS = [32000, 50304, 65536, 131072]
@@ -61,7 +62,6 @@ ABLATIONS = (0, 2, 3)
 
 
 def time_ablations():
-    explore_lagged.ABLATE = "cluster"  # checked_ms records the error of a timing-only variant instead of raising
     copy = session_copy_gbps()
     for loss, fmt, vocab, plans in ABLATE_CELLS:
         x, t = inputs(fmt, vocab, TOKENS)
@@ -72,8 +72,8 @@ def time_ablations():
             calls += [(label(block, warps, cap, "lagged"), {"ablate": ablate},
                        call(x, t, loss, fmt, block, warps, cap, "lagged", ablate))
                       for block, warps, cap in plans for ablate in ABLATIONS]
-            for name, extra, fn in calls:
-                ms, err = checked_ms(fn, check)
+            for name, extra, fn in calls:  # a timing-only variant's error is recorded, not refused
+                ms, err = checked_ms(fn, check, strict=not extra.get("ablate"))
                 print(json.dumps({"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "pass": run, "cfg": name,
                                   **extra, **(last_launch if extra else {}), "ms": round(ms, 4), "err": round(err, 5),
                                   "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
@@ -127,11 +127,52 @@ def time_cells(vocabs, chosen=None):
             torch.cuda.empty_cache()
 
 
+# Run AL: run AI's best configuration of a cell (cfg labels as in AI's log) kernel-only, a prepared launch beside the
+# product's prepared plan, and both as calls (the cluster's with its buffers and a torch sum, the product's public call)
+KERNEL_CELLS = [("cross_entropy", "labels", 32000, (8192, 4, 96, "lagged")),
+                ("forward_kl", "logits", 32000, (4096, 4, 128, "lagged")),
+                ("reverse_kl", "logits", 32000, (4096, 4, 128, "lagged")),
+                ("cross_entropy", "logits", 32000, (4096, 4, None, "prefetch")),
+                ("cross_entropy", "labels", 131072, (8192, 4, 96, "lagged")),
+                ("forward_kl", "logits", 131072, (8192, 4, None, "prefetch"))]
+
+
+def time_kernel_only():
+    copy = session_copy_gbps()
+    for loss, fmt, vocab, (block, warps, cap, schedule) in KERNEL_CELLS:
+        x, t = inputs(fmt, vocab, TOKENS)
+        nbytes = cell_bytes(fmt, vocab, TOKENS)
+        check = references(x, t, loss, fmt)
+        options = dict(loss=loss, target_format=fmt, block=block, num_warps=warps, maxnreg=cap,
+                       prefetch=schedule == "prefetch", lagged=schedule == "lagged")
+        checked_ms(lambda: cluster_row_loss(x, t, **options), check)  # the launch below is this call's kernel
+        launch = prepare_cluster_row(x, t, **options)
+        plan = kernels.prepare(x, t, loss=loss, target_format=fmt)
+        sides = [("public", lambda: kernels.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt)),
+                 ("plan", plan.run), (label(block, warps, cap, schedule), call(x, t, loss, fmt, block, warps, cap,
+                                                                                 schedule))]
+        for run in (1, 2):
+            for name, fn in sides:
+                ms, err = checked_ms(fn, check)
+                print(json.dumps({"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "pass": run, "cfg": name,
+                                  "kernel_only": name == "plan", "ms": round(ms, 4), "err": round(err, 5),
+                                  "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}), flush=True)
+            ms = triton.testing.do_bench(launch, return_mode="median")
+            print(json.dumps({"loss": loss, "fmt": fmt, "vocab": vocab, "tokens": TOKENS, "pass": run,
+                              "cfg": label(block, warps, cap, schedule) + "/launch", "kernel_only": True,
+                              **last_launch, "ms": round(ms, 4), "pct": round(nbytes / ms / 1e6 / copy * 100, 1)}),
+                  flush=True)
+        del x, t, check, launch, plan
+        torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "smoke":
         time_cells([32000], chosen=[(4096, 4, None, "plain"), (4096, 4, None, "prefetch"), (4096, 4, None, "lagged")])
     elif sys.argv[1] == "compile":
         compile_share(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "kernel-only":
+        time_kernel_only()
     elif sys.argv[1] == "ablate":
         time_ablations()
     elif sys.argv[1] == "time":

@@ -32,9 +32,11 @@ def test_a_marker_sets_the_product_plans_against_the_variation():
     assert "faster than the product's plans at 0 of 1 cells" in designs.designs_reading(best)
 
 
-def test_a_design_taken_apart_counts_only_its_whole_kernel():
+def test_a_design_taken_apart_counts_only_its_whole_kernel_and_its_calls():
     records = [record("public", 0.20, 80.0), {**record("a", 0.25, 64.0), "ablate": 0},
                {**record("a", 0.15, 99.0), "ablate": 3, "err": float("inf")}]
+    records += [{**record("plan", 0.19, 84.0), "kernel_only": True},
+                {**record("a/launch", 0.18, 88.0), "kernel_only": True}]
     best = designs.best_against_product(records, "d")
     assert best[["best_cfg", "design_pct"]].values.tolist() == [["a", 64.0]]
 

@@ -19,9 +19,10 @@ def best_against_product(records, design: str, marker: str | None = None) -> pd.
     copy, and the design's time over the baseline's. The baseline is the public call (``cfg`` "public"), or with
     ``marker`` the plans whose label lacks it (a kernel-only run of the product's plans beside its variation, whose
     labels contain ``marker``); a run's plain-stream rows are left out, and so are the timing-only rows of a design
-    taken apart (a nonzero ``ablate``: their results are wrong by design)."""
-    frame = pd.DataFrame([r for r in records
-                          if "ms" in r and not r["cfg"].startswith("stream") and not r.get("ablate")])
+    taken apart (a nonzero ``ablate``: their results are wrong by design) and rows marked ``kernel_only`` beside the
+    public call (a prepared launch or plan: the table sets calls against calls)."""
+    frame = pd.DataFrame([r for r in records if "ms" in r and not r["cfg"].startswith("stream") and not r.get("ablate")
+                          and not (marker is None and r.get("kernel_only"))])
     columns = ["design", "loss", "vocab", "baseline", "baseline_pct", "best_cfg", "design_pct", "time_ratio"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
