@@ -33,6 +33,7 @@ import pandas as pd
 
 from .model import predict as model
 from .model.roofline import loss_cost
+from .model.spill_counts import spill_key
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -271,11 +272,26 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
             return None
         source = {**plan, "study": row.get("study"), "config_key": row.get("config_key"),
                   "vocab": int(plan["vocab"]) // pick.slice_of}
-    config = model.config_from_row(source, gpu)
+    config = counted_config(source, gpu, data_dir)
     if config is not None and sliced:
         chunks = (recorded or {}).get("num_chunks")
         config = model.with_exchange(config, tp=pick.slice_of, num_chunks=int(chunks) if chunks else None)
     return None if config is None else (config, model.predict(config, gpu))
+
+
+def counted_config(row: dict, gpu: model.Gpu, data_dir=None, moved_bytes: float | None = None):
+    """The model's configuration of a recorded row (``model.config_from_row``) with a one-step kernel's spill traffic
+    as an offline compile counted it: ``moved_bytes`` (a thread's spill stores + loads, from a compile made now), else
+    the folder's offline compiles (``model.load_spill_counts``)."""
+    config = model.config_from_row(row, gpu)
+    if config is None:
+        return None
+    if moved_bytes is not None:
+        counts = {spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile, p.num_warps,
+                            p.spill_bytes): float(moved_bytes) for p in config.passes if p.spill_bytes}
+    else:
+        counts = model.load_spill_counts(data_dir) if data_dir is not None else {}
+    return model.with_spill_counts(config, counts)
 
 
 def _json_config(row: dict) -> dict | None:
@@ -315,15 +331,17 @@ def _describe(row: dict | None) -> dict:
             "measured": str(row.get("timestamp_utc") or "")[:10]}
 
 
-def _model_counts(config) -> dict:
-    """What the model sees of a configuration: DRAM bytes per element, resident programs and KiB of loads in flight
-    per SM (of its first pass)."""
+def _model_counts(config, gpu: model.Gpu) -> dict:
+    """What the model sees of a configuration: DRAM bytes per element, resident programs, KiB of loads in flight per
+    SM and the stacks of every resident thread over the L2 (of its first pass)."""
     if config is None or not config.passes:
         return {}
     first = config.passes[0]
     elements = float(config.tokens) * config.vocab
+    stacks = first.spill_bytes * 32 * first.num_warps * first.resident * gpu.sm_count
     return {"dram_bytes_per_element": sum(p.dram_bytes for p in config.passes) / elements,
-            "resident": first.resident, "kib_in_flight_per_sm": first.resident * first.load_bytes_per_step / 1024}
+            "resident": first.resident, "kib_in_flight_per_sm": first.resident * first.load_bytes_per_step / 1024,
+            "stack_over_l2": stacks / gpu.l2_bytes}
 
 
 def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
@@ -356,7 +374,7 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
                          "exchange_ms": pred.breakdown.get("exchange", math.nan) if pred else math.nan,
                          "predicted_without_exchange_ms": (model.predict(model.without_exchange(config), gpu).ms
                                                            if pred and config.exchange_l2_bytes else math.nan),
-                         **_model_counts(config),
+                         **_model_counts(config, gpu),
                          "floor_ms": bytes_min / (gpu.ceilings.dram_gbps * 1e9) * 1e3,
                          "source": pick.describe()})
     return pd.DataFrame(rows)
@@ -1045,8 +1063,9 @@ def exercise_model(data_dir, variant: str, *, tokens: int = 4096, vocab: int = 3
     if recorded is None:
         raise KeyError(f"case_497_ablation.csv records no {variant} row at {tokens} x {vocab}, {num_warps} warps")
     gpu = gpu or model.gpu_from_folder(data_dir)
-    today = model.predict(model.config_from_row(_with_counts(recorded, counts), gpu), gpu)
-    then = model.predict(model.config_from_row(recorded, gpu), gpu)
+    moved = (compiled.spill_store_bytes or 0) + (compiled.spill_load_bytes or 0)
+    today = model.predict(counted_config(_with_counts(recorded, counts), gpu, moved_bytes=moved), gpu)
+    then = model.predict(counted_config(recorded, gpu, data_dir), gpu)
     return {"variant": variant, **counts, "predicted_ms": today.ms, "bound": today.bound,
             "recorded_n_regs": int(recorded["n_regs"]), "recorded_spill_bytes": int(recorded["spill_bytes"]),
             "recorded_ms": float(recorded["ms_median"]), "recorded_predicted_ms": then.ms}
@@ -1063,7 +1082,7 @@ def exercise_answer(data_dir, *, tokens: int = 4096, vocab: int = 32768, num_war
         variant = "case497.step0" if switch is None else exercise_variant(switch)
         row = pick_row(data_dir, Pick("case_497_ablation", RKL[:2] + (("tokens", tokens), ("vocab", vocab),
                                                                       ("variant", variant), ("num_warps", num_warps))))
-        pred = model.predict(model.config_from_row(row, gpu), gpu)
+        pred = model.predict(counted_config(row, gpu, data_dir), gpu)
         rows.append({"switch off": switch or "(none: step 0)", "variant": variant, "registers": int(row["n_regs"]),
                      "stack B/thread": int(row["spill_bytes"]), "recorded ms": float(row["ms_median"]),
                      "predicted ms": pred.ms, "bound": pred.bound})

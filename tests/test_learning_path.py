@@ -377,3 +377,15 @@ def test_the_lagged_step_shows_its_idea_at_teaching_size():
 
     assert lp.teaching_function(steps["lagged"]) is lagged_exchange.lagged_exchange_kernel
     assert all(lp.teaching_function(step) is None for key, step in steps.items() if not step.teaching)
+
+
+def test_the_497_steps_spills_are_predicted_from_their_counted_traffic():
+    """The learning path's spilling steps take the spill traffic their offline compile counted (one-step kernels):
+    each prediction uses it, and the #497 kernel's spill term is most of its predicted time, as the recorded
+    Nsight Compute profile says of its measured time (DRAM bytes 15x the minimum)."""
+    frame = lp.path_frame(DATA)
+    first = frame[frame["variant"] == "case497.step0"].iloc[0]
+    assert first["bound"] == "spills"
+    assert first["spills_ms"] > 0.8 * first["predicted_ms"]
+    step2 = frame[frame["variant"] == "case497.step2"].iloc[0]
+    assert 0 < step2["spills_ms"] < first["spills_ms"]

@@ -328,3 +328,52 @@ def test_a_counted_step_replaces_the_per_element_estimate():
     assert thread_instructions_per_step(counted, k) == 787
     gpu = Gpu(GPU.ceilings, sm_count=132)
     assert step_seconds(replace(kp, instructions_per_step=1600), gpu) >= step_seconds(counted, gpu)
+
+
+def test_counted_spills_reach_dram_as_the_stacks_outgrow_the_l2():
+    """spill_seconds: the counted traffic goes to L2 while every resident thread's stack is small beside the L2, and
+    to DRAM (at the streaming rate) once the stacks are many times the L2; the share is x / (1 + x)."""
+    from perfutils.model.predict import spill_dram_share, spill_seconds
+
+    gpu = Gpu(GPU.ceilings, sm_count=132)
+    assert spill_dram_share(0, gpu) == 0
+    assert spill_dram_share(gpu.l2_bytes, gpu) == pytest.approx(0.5)
+    assert spill_dram_share(99 * gpu.l2_bytes, gpu) == pytest.approx(0.99)
+    kp = KernelPass("row", programs=4096, tile=32768, num_warps=16, resident=1, steps=1,
+                    load_bytes_per_step=131072, dram_bytes=8e8, inputs=2, spill_bytes=8, spill_moved_bytes=1000)
+    traffic = 1000 * 512 * 4096
+    small = spill_seconds(kp, gpu)
+    assert small == pytest.approx(traffic / (gpu.ceilings.l2_gbps * 1e9), rel=0.03)  # 1% of the stacks' L2
+    huge = spill_seconds(replace(kp, spill_bytes=800_000, resident=4), gpu)
+    assert huge == pytest.approx(traffic / (gpu.stream_gbps * 1e9), rel=0.01)
+    assert huge > small
+
+
+def test_a_one_step_pass_takes_its_counted_spills_and_a_looping_one_keeps_the_estimate(tmp_path):
+    """with_spill_counts / load_spill_counts: the offline compile's spill stores + loads become the pass's
+    spill_moved_bytes where the pass is one step (its tile is the row) and the key matches; a pass that loops over
+    its row, or one the folder never compiled, is left as it was; the prediction uses the count."""
+    from perfutils.model.predict import load_spill_counts, with_spill_counts
+
+    pd.DataFrame([{"loss": "reverse_kl", "target_format": "logits", "dtype": "bf16", "vocab": 32768,
+                   "block_size": 32768, "num_warps": 16, "spill_bytes": 448, "spill_store_bytes": 484,
+                   "spill_load_bytes": 484, "status": "ok"},
+                  {"loss": "reverse_kl", "target_format": "logits", "dtype": "bf16", "vocab": 32768,
+                   "block_size": 16384, "num_warps": 4, "spill_bytes": 880, "spill_store_bytes": 1648,
+                   "spill_load_bytes": 1648, "status": "ok"}]).to_csv(tmp_path / "registers_offline.csv", index=False)
+    counts = load_spill_counts(tmp_path)
+    assert counts == {("reverse_kl", "logits", "bf16", 32768, 32768, 16, 448): 968.0,
+                      ("reverse_kl", "logits", "bf16", 32768, 16384, 4, 880): 3296.0}
+    one = KernelPass("row", programs=4096, tile=32768, num_warps=16, resident=1, steps=1,
+                     load_bytes_per_step=131072, dram_bytes=8e8, inputs=2, spill_bytes=448)
+    looping = replace(one, tile=16384, num_warps=4, steps=4, spill_bytes=880)
+    unknown = replace(one, spill_bytes=452)
+    for kp, moved in ((one, 968.0), (looping, 0.0), (unknown, 0.0)):
+        cfg = LaunchConfig(study="s", config_key="k", loss="reverse_kl", target_format="logits", variant="fused",
+                           tokens=4096, vocab=32768, dtype="bf16", passes=(kp,))
+        assert with_spill_counts(cfg, counts).passes[0].spill_moved_bytes == moved
+    cfg = LaunchConfig(study="s", config_key="k", loss="reverse_kl", target_format="logits", variant="fused",
+                       tokens=4096, vocab=32768, dtype="bf16", passes=(one,))
+    gpu = Gpu(GPU.ceilings, sm_count=132)
+    more = with_spill_counts(cfg, {key: 10 * moved for key, moved in counts.items()})
+    assert predict(more, gpu).ms > predict(with_spill_counts(cfg, counts), gpu).ms

@@ -18,8 +18,10 @@ elements, ``resident`` of them per SM. Each pass costs the slowest of
 * ``issue``: instructions per element over the SMs' four schedulers (a second input adds the share the offline
   SASS counts give, ``second_input_instructions``): shown, not added, since every step holds it; ``mufu``:
   exp2/log2 over the measured exp2 rate;
-* ``spills``: local-memory traffic (spill bytes per thread, stored and loaded each step) over the L2 bandwidth,
-  added on top (it sits in the dependent chain);
+* ``spills``: local-memory traffic, added on top (it sits in the dependent chain). Where the kernel's offline compile
+  counted it (a one-step pass: :mod:`perfutils.model.spill_counts`), that traffic, split between DRAM and L2 by how
+  far the stacks of every resident thread overflow the L2 (``spill_seconds``); otherwise the stack stored and loaded
+  a fitted number of times each step, over the L2 bandwidth, or the DRAM's once those stacks outgrow half the L2;
 * ``waves``: a last partial wave of programs runs with fewer bytes in flight (a term of the latency bound);
 * ``host``: a call whose host work per call (the public call, its autograd form, a peer's wrapper) outlasts the
   kernel; ``launch``: the launch floor of tiny kernels (the autograd form adds its backward's launch).
@@ -51,6 +53,7 @@ from kernels.autotune import canonical_variant
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
+from .spill_counts import load_spill_counts, spill_key
 from .step_counts import load_step_counts, step_key
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
@@ -184,6 +187,8 @@ class KernelPass:
     elements: float = 0.0  # elements processed (issue, MUFU)
     inputs: int = 1
     spill_bytes: int = 0  # per thread
+    spill_moved_bytes: float = 0.0  # a thread's spill stores + loads in the whole kernel, counted in its offline
+    # compile (perfutils.model.spill_counts; one-step passes only, where no spill repeats); 0: estimated
     tiles_per_step: int = 1  # tiles a step works through: the lagged split_row kernel summarises the chunk it read
     # from DRAM and finishes the one it reads again from L2 (2); the loads in flight are the DRAM tile's
     loads_ahead: int = 0  # steps whose loads are issued before this step's arithmetic (prefetch, asynchronous copies
@@ -329,7 +334,9 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     mem_full = _soft_max([dram_full, lat_full, l2_s * (full / waves if waves else 0)], k.combine_p)
     mem_part = _soft_max([dram_part, lat_part], k.combine_p)
     spill_s = 0.0
-    if kp.spill_bytes:
+    if kp.spill_bytes and kp.spill_moved_bytes:
+        spill_s = spill_seconds(kp, gpu)
+    elif kp.spill_bytes:
         # Local memory lives in L1 while the resident programs' spilled bytes fit there; past it they go to L2,
         # and past L2 to DRAM (the #497 kernel: 1608 B x 512 threads x 4 programs = 3.3 MB an SM).
         per_sm = kp.spill_bytes * 32 * kp.num_warps * max(1, kp.resident)
@@ -343,6 +350,26 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     total = _soft_max([mem_full + mem_part, exps], k.combine_p) + spill_s
     return {"dram": dram_s, "latency": lat_full, "waves": mem_part - dram_part if part else 0.0, "l2": l2_s,
             "issue": issue_s, "mufu": exps, "spills": spill_s, "total": total}
+
+
+def spill_dram_share(stack_bytes: float, gpu: Gpu) -> float:
+    """The share of a kernel's spill traffic that reaches DRAM when the stacks of every thread resident on the GPU
+    at once come to ``stack_bytes``: x / (1 + x), x = stack_bytes / L2. Not fitted; the simplest form with no
+    constant that meets Nsight Compute's three measurements on the H100 (``case_497_ncu.csv``: DRAM bytes beyond the
+    minimum over local-memory bytes): 0.09 at x = 0.11 (form 0.10), 0.42 at x = 0.58 (0.37), 0.90 at x = 8.3 (0.89)."""
+    x = max(0.0, float(stack_bytes)) / gpu.l2_bytes
+    return x / (1.0 + x)
+
+
+def spill_seconds(kp: KernelPass, gpu: Gpu) -> float:
+    """The local-memory time of a pass whose spill traffic was counted (``spill_moved_bytes``): every thread's
+    traffic, the share :func:`spill_dram_share` gives at the DRAM's streaming rate, the rest at the L2's. Added to the
+    pass's time: the spills sit in each thread's dependent chain."""
+    threads = 32 * kp.num_warps
+    traffic = kp.spill_moved_bytes * threads * kp.programs
+    to_dram = spill_dram_share(kp.spill_bytes * threads * max(1, kp.resident) * gpu.sm_count, gpu)
+    l2_gbps = gpu.ceilings.l2_gbps or gpu.stream_gbps
+    return to_dram * traffic / (gpu.stream_gbps * 1e9) + (1 - to_dram) * traffic / (l2_gbps * 1e9)
 
 
 def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
@@ -663,15 +690,17 @@ def _studies(studies) -> tuple:
     return tuple(studies)
 
 
-def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_counts: dict | None = None
-                        ) -> list[LaunchConfig]:
+def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_counts: dict | None = None,
+                        spill_counts: dict | None = None) -> list[LaunchConfig]:
     """Every modellable recorded configuration of ``folder`` (of ``studies``, all by default), built from non-time
     columns only. A lagged split-row pass whose kernel the folder's step counts hold (``step_counts``: by default
     :func:`perfutils.model.step_counts.load_step_counts` of the folder; ``{}``: none) takes that count as its
-    ``instructions_per_step``."""
+    ``instructions_per_step``; a one-step pass whose spills the folder's offline compiles counted (``spill_counts``:
+    by default :func:`perfutils.model.spill_counts.load_spill_counts`), its ``spill_moved_bytes``."""
     folder = Path(folder)
     gpu = gpu or gpu_from_folder(folder)
     counts = load_step_counts(folder) if step_counts is None else step_counts
+    spills = load_spill_counts(folder) if spill_counts is None else spill_counts
     configs = []
     for study in _studies(studies):
         frame = _read_rows(folder, study)
@@ -683,8 +712,22 @@ def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_count
         for r in records:
             cfg = config_from_row(r, gpu, plan_rows)
             if cfg is not None:
-                configs.append(with_step_counts(cfg, counts))
+                configs.append(with_spill_counts(with_step_counts(cfg, counts), spills))
     return configs
+
+
+def with_spill_counts(config: LaunchConfig, counts: dict) -> LaunchConfig:
+    """``config`` with each spilling one-step pass that ``counts`` holds given its counted spill traffic (a pass that
+    loops over its row keeps the estimate: the count does not say which spills repeat)."""
+    def counted(p: KernelPass) -> KernelPass:
+        if not p.spill_bytes or p.steps != 1:
+            return p
+        key = spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile, p.num_warps,
+                        p.spill_bytes)
+        return replace(p, spill_moved_bytes=counts[key]) if key in counts else p
+
+    passes = tuple(counted(p) for p in config.passes)
+    return replace(config, passes=passes) if passes != config.passes else config
 
 
 def with_step_counts(config: LaunchConfig, counts: dict) -> LaunchConfig:
@@ -805,8 +848,8 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
-           "plain_roofline_ms", "fit_half", "predict", "summarize", "sweep_spearman", "with_exchange",
-           "without_exchange"]
+           "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "summarize",
+           "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 
 
 def _errors(configs, measured, gpu, constants) -> np.ndarray:
