@@ -424,6 +424,11 @@ NCU_TARGETS = (
     ("emulation: fused, 32K tile, 16 warps", "fused", "fused_loss_kernel"),
     ("ablation step 2 (least spilling)", "case497.step2", "ablation_reverse_kl_kernel"),
 )
+# ``ncu --spilling``: the other spilling steps of the ablation too, whose resident stacks span 0.5 to 9x the L2 (what
+# the performance model's share of spill traffic reaching DRAM is checked against: perfutils.model.predict)
+SPILLING_TARGETS = tuple((f"ablation {variant}", variant, "ablation_reverse_kl_kernel")
+                         for variant in ("case497.step0", "case497.step1", "case497.step3", "case497.solo_shape",
+                                         "case497.solo_exp", "case497.solo_reduce"))
 
 
 def ncu_argv(ncu: str, variant: str, kernel_name: str, *, vocab: int = 32768, python: str = sys.executable) -> list[str]:
@@ -553,6 +558,7 @@ def main(argv=None) -> int:
     parser.add_argument("--loss", nargs="+", default=None, help="loss:target_format, e.g. reverse_kl:logits")
     parser.add_argument("--fast-llm", default=None, help=f"checkouts (default ${'FAST_LLM_PATH'})")
     parser.add_argument("--overwrite", action="store_true", help="offline: replace the recorded table")
+    parser.add_argument("--spilling", action="store_true", help="ncu: the ablation's other spilling steps too")
     args = parser.parse_args(argv)
 
     if args.stage == "ncu-target":
@@ -604,7 +610,8 @@ def main(argv=None) -> int:
         measure_cases(ABLATION_STUDY, ablation_cases(checkouts), losses=[("reverse_kl", "logits")],
                       vocabs=args.vocab or ABLATION_VOCABS, out=args.out, checkouts=checkouts)
     elif args.stage == "ncu":
-        run_ncu(args.out, vocab=(args.vocab or [32768])[0])
+        run_ncu(args.out, vocab=(args.vocab or [32768])[0],
+                targets=NCU_TARGETS + (SPILLING_TARGETS if args.spilling else ()))
     return 0
 
 
