@@ -10,7 +10,8 @@ exactly (Nsight Compute measured 12.5 GB of local traffic for the #497 kernel, t
 one-step passes take it (:func:`perfutils.model.predict.with_spill_counts`).
 
 A key is what decides the compiled code as these files record it: loss, target format, dtype, vocabulary, tile, warps
-and the stack ptxas gave (the same key never recorded two different counts). The counts hold for every sm_90 GPU.
+and the stack ptxas gave (the same key never recorded two different counts). The counts hold for every sm_90 GPU, and
+the studies record them once, in the H100's folder (``SM90_FOLDER``), which an sm_90 folder without its own reads.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+import json
+
 import pandas as pd
 
 FILES = ("registers_offline.csv", "case_497_registers_offline.csv")
+SM90_FOLDER = "h100-sxm-80gb"  # where the offline sm_90 compiles are recorded (perfutils.studies.case_497.TARGET_GPU)
 
 
 def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
@@ -30,9 +34,11 @@ def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size:
 
 
 def load_spill_counts(folder) -> dict[tuple, float]:
-    """``{key: a thread's spill stores + loads in bytes}`` of the folder's offline compiles that spill (empty without
-    them)."""
+    """``{key: a thread's spill stores + loads in bytes}`` of the folder's offline compiles that spill; a folder of an
+    sm_90 GPU without its own takes ``SM90_FOLDER``'s beside it (empty without any)."""
     folder = Path(folder).resolve()
+    if not any((folder / name).is_file() for name in FILES) and _is_sm90(folder):
+        folder = folder.parent / SM90_FOLDER
     stamps = tuple((folder / name).stat().st_mtime_ns if (folder / name).is_file() else 0 for name in FILES)
     return dict(_load(str(folder), stamps))
 
@@ -56,3 +62,15 @@ def _load(folder: str, stamps: tuple) -> tuple:  # stamps: the files' mtimes, so
             key = spill_key(r.loss, r.target_format, r.dtype, r.vocab, r.block_size, r.num_warps, r.spill_bytes)
             counts[key] = float(r.spill_store_bytes) + float(r.spill_load_bytes)
     return tuple(counts.items())
+
+
+def _is_sm90(folder: Path) -> bool:
+    """Whether the folder's sidecars name compute capability 9.0."""
+    for sidecar in sorted(folder.glob("*.json")):
+        try:
+            capability = json.loads(sidecar.read_text()).get("compute_capability")
+        except (json.JSONDecodeError, AttributeError, OSError):
+            continue
+        if capability:
+            return list(capability)[:2] == [9, 0]
+    return False

@@ -247,8 +247,10 @@ def offline_table(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, ablation_vo
     return pd.DataFrame(rows)
 
 
-def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwrite: bool = False) -> Path:
-    """``<out>/h100-sxm-80gb/case_497_registers_offline.csv`` + sidecar (target sm_90a, Triton, ptxas, commits)."""
+def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwrite: bool = False,
+                        gpu: str = TARGET_GPU) -> Path:
+    """``<out>/h100-sxm-80gb/case_497_registers_offline.csv`` + sidecar (target sm_90a, Triton, ptxas, commits);
+    ``gpu``: another sm_90 GPU's folder, for the compiles of the code its own rows were measured with."""
     from ..data.metadata import collect_metadata
     from ..data.schema import data_path
     from ..data.store import write_table
@@ -269,7 +271,7 @@ def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwri
               "instruction bytes x threads x rows (exact for unrolled code). Fast-LLM autotuned kernels: one row "
               "per config (autotune_choice)."),
     )
-    return write_table(df, data_path(out, TARGET_GPU, OFFLINE_STUDY), meta, overwrite=overwrite)
+    return write_table(df, data_path(out, gpu, OFFLINE_STUDY), meta, overwrite=overwrite)
 
 
 def _excerpt_section(title: str, compiled, *, sites: int) -> str:
@@ -559,6 +561,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fast-llm", default=None, help=f"checkouts (default ${'FAST_LLM_PATH'})")
     parser.add_argument("--overwrite", action="store_true", help="offline: replace the recorded table")
     parser.add_argument("--spilling", action="store_true", help="ncu: the ablation's other spilling steps too")
+    parser.add_argument("--gpu", default=TARGET_GPU,
+                        help="offline: the sm_90 GPU whose folder gets the compiles (default the H100's)")
     args = parser.parse_args(argv)
 
     if args.stage == "ncu-target":
@@ -601,7 +605,7 @@ def main(argv=None) -> int:
         return 0
     if args.stage == "offline":
         df = offline_table(checkouts, vocabs=args.vocab or VOCABS)
-        path = write_offline_table(df, args.out, checkouts, overwrite=args.overwrite)
+        path = write_offline_table(df, args.out, checkouts, overwrite=args.overwrite, gpu=args.gpu)
         print(f"wrote {path} ({len(df)} compiles, {int((df['status'] != 'ok').sum())} failed)")
     elif args.stage == "measure":
         measure_cases(STUDY, main_cases(checkouts), losses=_losses(args.loss, LOSSES), vocabs=args.vocab or VOCABS,
