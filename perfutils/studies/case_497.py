@@ -213,8 +213,8 @@ def _reverse_kl_problem(tokens: int, vocab: int, dtype: str):
 
 
 def ablation_offline_rows(*, tokens: int = TOKENS, vocabs=ABLATION_VOCABS, dtype="bf16", log=print) -> list[dict]:
-    """Every ablation step and solo (perfutils.lab_kernels.case_study.ablation) and kernels.fused at the steps' tile and warps
-    (their plans built on meta tensors: nothing is allocated or launched)."""
+    """Every ablation step and solo (perfutils.lab_kernels.case_study.ablation) and kernels.fused at the steps' tile and warps,
+    and step 0 at 8 and 32 warps (their plans built on meta tensors: nothing is allocated or launched)."""
     from perfutils.lab_kernels.case_study import ablation
     from kernels.fused import plan_fused
 
@@ -224,13 +224,17 @@ def ablation_offline_rows(*, tokens: int = TOKENS, vocabs=ABLATION_VOCABS, dtype
     for vocab in vocabs:
         problem = _reverse_kl_problem(tokens, vocab, dtype)
         block, warps = ablation.default_config(vocab)
-        for step in (*ablation.STEPS, *ablation.SOLO):
-            (launch,) = ablation.plan_step(step, problem, block, warps).launches
+
+        def compiled_step(step, num_warps: int) -> dict:
+            (launch,) = ablation.plan_step(step, problem, block, num_warps).launches
             base = dict(source="ablation", variant=step.variant, kernel=launch.fn.fn.__name__, loss="reverse_kl",
                         target_format="logits", dtype=dtype, tokens=tokens, vocab=vocab, block_size=block,
-                        num_warps=warps, num_stages=step.num_stages, removes=step.removes,
+                        num_warps=num_warps, num_stages=step.num_stages, removes=step.removes,
                         switches=",".join(sorted(step.switches)))
-            rows.append(_offline(lambda: compile_launch(launch), base, num_warps=warps, n_rows=tokens, log=log))
+            return _offline(lambda: compile_launch(launch), base, num_warps=num_warps, n_rows=tokens, log=log)
+
+        rows += [compiled_step(step, warps) for step in (*ablation.STEPS, *ablation.SOLO)]
+        rows += [compiled_step(ablation.STEPS[0], other) for other in (8, 32)]  # step 0's other warps (ABLATION_CASES)
         (launch,) = plan_fused(problem, block, warps).launches
         base = dict(source="project", variant=ablation.FINAL_VARIANT, kernel=launch.fn.fn.__name__, loss="reverse_kl",
                     target_format="logits", dtype=dtype, tokens=tokens, vocab=vocab, block_size=block,
