@@ -377,3 +377,30 @@ def test_a_one_step_pass_takes_its_counted_spills_and_a_looping_one_keeps_the_es
     gpu = Gpu(GPU.ceilings, sm_count=132)
     more = with_spill_counts(cfg, {key: 10 * moved for key, moved in counts.items()})
     assert predict(more, gpu).ms > predict(with_spill_counts(cfg, counts), gpu).ms
+
+
+def test_the_spill_share_is_checked_against_every_recorded_profile():
+    """spill_share_check: every Nsight Compute profile of the #497 family on each GPU is matched to its offline
+    compile (the H200's own, of the code it ran), the counted spill traffic is the profiled one and the modelled
+    share of it that reaches DRAM follows the measured share (the H200's nine profiles were not used to choose it)."""
+    from perfutils.model.predict import spill_share_check
+
+    for folder, profiles in ((DATA, 3), (DATA.parent / "h200", 9)):
+        check_frame = spill_share_check(folder)
+        assert len(check_frame) == profiles
+        assert ((check_frame["counted_gb"] / check_frame["profiled_gb"] - 1).abs() < 0.05).all()
+        assert ((check_frame["modelled_share"] - check_frame["measured_share"]).abs() < 0.1).all()
+    assert spill_share_check(DATA.parent / "no-such-gpu").empty
+
+
+def test_an_sm90_folder_without_offline_compiles_reads_the_h100s(tmp_path):
+    """offline_folder: a folder with its own offline compiles keeps them; an sm_90 folder without reads the H100
+    folder beside it; a folder of another GPU reads none."""
+    from perfutils.model.spill_counts import SM90_FOLDER, offline_folder
+
+    for name, capability in (("sm90", [9, 0]), ("sm100", [10, 0])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vocab_sweep.json").write_text(f'{{"compute_capability": {capability}}}')
+    assert offline_folder(tmp_path / "sm90") == (tmp_path / SM90_FOLDER).resolve()
+    assert offline_folder(tmp_path / "sm100") == (tmp_path / "sm100").resolve()
+    assert offline_folder(DATA.parent / "h200") == (DATA.parent / "h200").resolve()

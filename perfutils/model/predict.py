@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from kernels.autotune import canonical_variant
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
-from .spill_counts import load_spill_counts, spill_key
+from .spill_counts import load_spill_counts, offline_folder, spill_key
 from .step_counts import load_step_counts, step_key
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
@@ -370,6 +371,45 @@ def spill_seconds(kp: KernelPass, gpu: Gpu) -> float:
     to_dram = spill_dram_share(kp.spill_bytes * threads * max(1, kp.resident) * gpu.sm_count, gpu)
     l2_gbps = gpu.ceilings.l2_gbps or gpu.stream_gbps
     return to_dram * traffic / (gpu.stream_gbps * 1e9) + (1 - to_dram) * traffic / (l2_gbps * 1e9)
+
+
+def spill_share_check(folder) -> pd.DataFrame:
+    """Each Nsight Compute profile of the #497 family a GPU folder recorded (``case_497_ncu.csv``) beside what the
+    model takes of its spills: ``stacks_over_l2`` (the offline compile's stack x threads x programs an SM x SMs, over
+    the L2), ``modelled_share`` (:func:`spill_dram_share`) against ``measured_share`` (the profile's DRAM bytes beyond
+    the loss's minimum over its local-memory bytes), and the counted traffic (``counted_gb``: spill stores + loads x
+    threads x rows) against the profiled (``profiled_gb``). Empty where the folder has no profile."""
+    folder = Path(folder)
+    path = folder / "case_497_ncu.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    gpu = gpu_from_folder(folder)
+    compiled = pd.read_csv(offline_folder(folder) / "case_497_registers_offline.csv")
+    compiled = compiled[compiled["status"].fillna("ok") == "ok"]
+    rows = []
+    for r in pd.read_csv(path).to_dict("records"):
+        label, _, rest = str(r["label"]).partition(": ")
+        variant = rest.split(",")[0].strip()
+        tokens, vocab = (int(v) for v in re.search(r"(\d+) x (\d+)", rest).groups())
+        warps = int(re.search(r"\((\d+)", str(r["block"])).group(1)) // 32
+        same = compiled[(compiled["variant"] == variant) & (compiled["vocab"] == vocab)
+                        & (compiled["num_warps"] == warps)]
+        if len(same) > 1:  # an autotuned kernel's configurations: the one with the profile's programs an SM
+            same = same[same["blocks_per_sm"] == r["block_limit_registers"]]
+        if len(same) != 1:
+            continue
+        c = same.iloc[0]
+        threads = 32 * warps
+        stacks = float(c["spill_bytes"]) * threads * int(c["blocks_per_sm"]) * gpu.sm_count
+        local = float(r["local_load_bytes"]) + float(r["local_store_bytes"])
+        extra = float(r["dram_read_bytes"]) + float(r["dram_write_bytes"]) - loss_cost(
+            "reverse_kl", "logits", tokens, vocab, 2).bytes
+        rows.append({"kernel": label, "variant": variant, "stack_bytes": int(c["spill_bytes"]),
+                     "stacks_over_l2": stacks / gpu.l2_bytes, "modelled_share": spill_dram_share(stacks, gpu),
+                     "measured_share": extra / local if local else math.nan,
+                     "counted_gb": (float(c["spill_store_bytes"]) + float(c["spill_load_bytes"])) * threads * tokens / 1e9,
+                     "profiled_gb": local / 1e9})
+    return pd.DataFrame(rows)
 
 
 def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
@@ -848,7 +888,8 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
-           "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "summarize",
+           "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "spill_share_check",
+           "summarize",
            "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 
 

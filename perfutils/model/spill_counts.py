@@ -36,11 +36,18 @@ def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size:
 def load_spill_counts(folder) -> dict[tuple, float]:
     """``{key: a thread's spill stores + loads in bytes}`` of the folder's offline compiles that spill; a folder of an
     sm_90 GPU without its own takes ``SM90_FOLDER``'s beside it (empty without any)."""
-    folder = Path(folder).resolve()
-    if not any((folder / name).is_file() for name in FILES) and _is_sm90(folder):
-        folder = folder.parent / SM90_FOLDER
+    folder = offline_folder(folder)
     stamps = tuple((folder / name).stat().st_mtime_ns if (folder / name).is_file() else 0 for name in FILES)
     return dict(_load(str(folder), stamps))
+
+
+def offline_folder(folder) -> Path:
+    """The folder whose offline compiles count ``folder``'s kernels: its own, or for an sm_90 GPU without any,
+    ``SM90_FOLDER`` beside it."""
+    folder = Path(folder).resolve()
+    if not any((folder / name).is_file() for name in FILES) and _is_sm90(folder):
+        return folder.parent / SM90_FOLDER
+    return folder
 
 
 @lru_cache(maxsize=8)
