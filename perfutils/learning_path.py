@@ -33,7 +33,7 @@ import pandas as pd
 
 from .model import predict as model
 from .model.roofline import loss_cost
-from .model.spill_counts import spill_key
+from .model.spill_counts import SpillCount, spill_key
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -288,7 +288,8 @@ def counted_config(row: dict, gpu: model.Gpu, data_dir=None, moved_bytes: float 
         return None
     if moved_bytes is not None:
         counts = {spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile, p.num_warps,
-                            p.spill_bytes): float(moved_bytes) for p in config.passes if p.spill_bytes}
+                            p.spill_bytes): SpillCount(float(moved_bytes), 0.0, False)
+                  for p in config.passes if p.spill_bytes}
     else:
         counts = model.load_spill_counts(data_dir) if data_dir is not None else {}
     return model.with_spill_counts(config, counts)

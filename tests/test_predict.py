@@ -362,8 +362,8 @@ def test_a_one_step_pass_takes_its_counted_spills_and_a_looping_one_keeps_the_es
                    "block_size": 16384, "num_warps": 4, "spill_bytes": 880, "spill_store_bytes": 1648,
                    "spill_load_bytes": 1648, "status": "ok"}]).to_csv(tmp_path / "registers_offline.csv", index=False)
     counts = load_spill_counts(tmp_path)
-    assert counts == {("reverse_kl", "logits", "bf16", 32768, 32768, 16, 448): 968.0,
-                      ("reverse_kl", "logits", "bf16", 32768, 16384, 4, 880): 3296.0}
+    assert counts == {("reverse_kl", "logits", "bf16", 32768, 32768, 16, 448): (968.0, 0.0, False),
+                      ("reverse_kl", "logits", "bf16", 32768, 16384, 4, 880): (3296.0, 0.0, False)}
     one = KernelPass("row", programs=4096, tile=32768, num_warps=16, resident=1, steps=1,
                      load_bytes_per_step=131072, dram_bytes=8e8, inputs=2, spill_bytes=448)
     looping = replace(one, tile=16384, num_warps=4, steps=4, spill_bytes=880)
@@ -375,7 +375,7 @@ def test_a_one_step_pass_takes_its_counted_spills_and_a_looping_one_keeps_the_es
     cfg = LaunchConfig(study="s", config_key="k", loss="reverse_kl", target_format="logits", variant="fused",
                        tokens=4096, vocab=32768, dtype="bf16", passes=(one,))
     gpu = Gpu(GPU.ceilings, sm_count=132)
-    more = with_spill_counts(cfg, {key: 10 * moved for key, moved in counts.items()})
+    more = with_spill_counts(cfg, {key: count._replace(once=10 * count.once) for key, count in counts.items()})
     assert predict(more, gpu).ms > predict(with_spill_counts(cfg, counts), gpu).ms
 
 
@@ -404,3 +404,18 @@ def test_an_sm90_folder_without_offline_compiles_reads_the_h100s(tmp_path):
     assert offline_folder(tmp_path / "sm90") == (tmp_path / SM90_FOLDER).resolve()
     assert offline_folder(tmp_path / "sm100") == (tmp_path / "sm100").resolve()
     assert offline_folder(DATA.parent / "h200") == (DATA.parent / "h200").resolve()
+
+
+def test_a_count_split_by_loop_gives_a_looping_pass_its_trips():
+    """with_spill_counts: a count split by where the spills sit gives a pass that loops over its row the bytes outside
+    the loops once and a trip's inside them once per tile of the row."""
+    from perfutils.model.predict import with_spill_counts
+    from perfutils.model.spill_counts import SpillCount
+
+    kp = KernelPass("row", programs=4096, tile=16384, num_warps=32, resident=1, steps=16,
+                    load_bytes_per_step=65536, dram_bytes=3e9, inputs=2, spill_bytes=264)
+    cfg = LaunchConfig(study="s", config_key="k", loss="reverse_kl", target_format="logits", variant="fast_llm",
+                       tokens=4096, vocab=131072, dtype="bf16", passes=(kp,))
+    key = ("reverse_kl", "logits", "bf16", 131072, 16384, 32, 264)
+    counted = with_spill_counts(cfg, {key: SpillCount(once=500.0, per_trip=30.0, split=True)})
+    assert counted.passes[0].spill_moved_bytes == 500 + 30 * 8

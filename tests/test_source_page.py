@@ -11,7 +11,7 @@ import pytest
 
 from perfutils.data.records import exploration_records
 from perfutils.data.source_page import loop_spans, parse_source_page, read_source_page, step_profile
-from perfutils.model.cubin import main_loop_instructions, sass_loops
+from perfutils.model.cubin import local_memory_bytes, main_loop_instructions, sass_loops
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "h200" / "logs"
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
@@ -84,6 +84,25 @@ def test_a_sass_listing_is_counted_as_a_step():
     assert main_loop_instructions(sass) == {"step": 4, "nested": 2}
     with pytest.raises(ValueError, match="no loop"):
         main_loop_instructions("        /*0000*/                   EXIT ;\n")
+
+
+def test_spill_bytes_are_split_by_where_they_sit():
+    """local_memory_bytes: a spill's width from its modifier (4 bytes without one), outside every loop once, inside a
+    loop (nested ones with it) per trip."""
+    sass = """
+        /*0000*/                   STL.64 [R1+0x8], R4 ;
+.L_x_3:
+        /*0010*/                   LDL.LU R2, [R1] ;
+.L_x_1:
+        /*0020*/                   STL.128 [R1+0x10], R8 ;
+        /*0030*/               @P0 BRA `(.L_x_1) ;
+        /*0040*/               @P1 LDL.U8 R3, [R1+0x4] ;
+        /*0060*/              @!P2 BRA `(.L_x_3) ;
+        /*0070*/                   LDL R5, [R1+0x20] ;
+        /*0080*/                   EXIT ;
+"""
+    assert local_memory_bytes(sass) == {"once": 8 + 4, "per_trip": 4 + 16 + 1}
+    assert local_memory_bytes("        /*0000*/                   EXIT ;\n") == {"once": 0, "per_trip": 0}
 
 
 def test_run_z_profile_matches_the_offline_count():

@@ -209,6 +209,26 @@ def sass_loops(sass: str) -> tuple[list[tuple[int, int]], list[str]]:
     return loop_spans([labels.get(name) if name else None for name in branches]), instructions
 
 
+_LOCAL_WIDTH = {"8": 1, "U8": 1, "S8": 1, "16": 2, "U16": 2, "S16": 2, "64": 8, "128": 16}
+
+
+def local_memory_bytes(sass: str) -> dict[str, int]:
+    """A thread's local-memory (spill) bytes in a disassembled kernel, split by where they sit: ``once`` outside
+    every loop, ``per_trip`` inside the loops (each loop's once a trip, nested ones counted with their loop): the
+    traffic of a kernel whose loops run ``trips`` times is ``once + per_trip x trips``. ``LDL``/``STL`` move 4 bytes,
+    or their width (``.64``: 8, ``.128``: 16, ``.U8``: 1, ...)."""
+    spans, instructions = sass_loops(sass)
+    in_loop = {i for a, b in spans for i in range(a, b + 1)}
+    out = {"once": 0, "per_trip": 0}
+    for index, text in enumerate(instructions):
+        found = re.match(r"(?:@!?U?P[T0-9]+\s+)?(LDL|STL)((?:\.[A-Z0-9]+)*)\s", text)
+        if not found:
+            continue
+        widths = [_LOCAL_WIDTH[m] for m in found.group(2).split(".") if m in _LOCAL_WIDTH]
+        out["per_trip" if index in in_loop else "once"] += widths[0] if widths else 4
+    return out
+
+
 def main_loop_instructions(sass: str) -> dict[str, int]:
     """A persistent kernel's step, counted in its SASS: the instructions of its longest loop (``step``: what each
     thread issues once a step, the loops nested in it left out) and of those nested loops (``nested``: a poll, run

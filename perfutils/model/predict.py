@@ -19,9 +19,9 @@ elements, ``resident`` of them per SM. Each pass costs the slowest of
   SASS counts give, ``second_input_instructions``): shown, not added, since every step holds it; ``mufu``:
   exp2/log2 over the measured exp2 rate;
 * ``spills``: local-memory traffic, added on top (it sits in the dependent chain). Where the kernel's offline compile
-  counted it (a one-step pass: :mod:`perfutils.model.spill_counts`), that traffic, split between DRAM and L2 by how
-  far the stacks of every resident thread overflow the L2 (``spill_seconds``); otherwise the stack stored and loaded
-  a fitted number of times each step, over the L2 bandwidth, or the DRAM's once those stacks outgrow half the L2;
+  counted it (:mod:`perfutils.model.spill_counts`), that traffic, split between DRAM and L2 by how far the stacks of
+  every resident thread overflow the L2 (``spill_seconds``); otherwise the stack stored and loaded a fitted number of
+  times each step, over the L2 bandwidth, or the DRAM's once those stacks outgrow half the L2;
 * ``waves``: a last partial wave of programs runs with fewer bytes in flight (a term of the latency bound);
 * ``host``: a call whose host work per call (the public call, its autograd form, a peer's wrapper) outlasts the
   kernel; ``launch``: the launch floor of tiny kernels (the autograd form adds its backward's launch).
@@ -189,7 +189,7 @@ class KernelPass:
     inputs: int = 1
     spill_bytes: int = 0  # per thread
     spill_moved_bytes: float = 0.0  # a thread's spill stores + loads in the whole kernel, counted in its offline
-    # compile (perfutils.model.spill_counts; one-step passes only, where no spill repeats); 0: estimated
+    # compile (perfutils.model.spill_counts, with_spill_counts); 0: estimated
     tiles_per_step: int = 1  # tiles a step works through: the lagged split_row kernel summarises the chunk it read
     # from DRAM and finishes the one it reads again from L2 (2); the loads in flight are the DRAM tile's
     loads_ahead: int = 0  # steps whose loads are issued before this step's arithmetic (prefetch, asynchronous copies
@@ -735,8 +735,8 @@ def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_count
     """Every modellable recorded configuration of ``folder`` (of ``studies``, all by default), built from non-time
     columns only. A lagged split-row pass whose kernel the folder's step counts hold (``step_counts``: by default
     :func:`perfutils.model.step_counts.load_step_counts` of the folder; ``{}``: none) takes that count as its
-    ``instructions_per_step``; a one-step pass whose spills the folder's offline compiles counted (``spill_counts``:
-    by default :func:`perfutils.model.spill_counts.load_spill_counts`), its ``spill_moved_bytes``."""
+    ``instructions_per_step``; a pass whose spills the offline compiles counted (``spill_counts``: by default
+    :func:`perfutils.model.spill_counts.load_spill_counts`), its ``spill_moved_bytes`` (:func:`with_spill_counts`)."""
     folder = Path(folder)
     gpu = gpu or gpu_from_folder(folder)
     counts = load_step_counts(folder) if step_counts is None else step_counts
@@ -757,14 +757,18 @@ def load_configurations(folder, gpu: Gpu | None = None, studies=None, step_count
 
 
 def with_spill_counts(config: LaunchConfig, counts: dict) -> LaunchConfig:
-    """``config`` with each spilling one-step pass that ``counts`` holds given its counted spill traffic (a pass that
-    loops over its row keeps the estimate: the count does not say which spills repeat)."""
+    """``config`` with each spilling pass that ``counts`` (:func:`perfutils.model.spill_counts.load_spill_counts`)
+    holds given its counted spill traffic: the bytes outside the loops plus a trip's inside them times the row's
+    tiles (every loop of these kernels walks the row's tiles); a count not split by loop only for a one-step pass
+    (the pass that loops keeps the estimate: such a count does not say which spills repeat)."""
     def counted(p: KernelPass) -> KernelPass:
-        if not p.spill_bytes or p.steps != 1:
+        if not p.spill_bytes:
             return p
-        key = spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile, p.num_warps,
-                        p.spill_bytes)
-        return replace(p, spill_moved_bytes=counts[key]) if key in counts else p
+        count = counts.get(spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile,
+                                     p.num_warps, p.spill_bytes))
+        if count is None or not (count.split or p.steps == 1):
+            return p
+        return replace(p, spill_moved_bytes=count.once + count.per_trip * math.ceil(config.vocab / p.tile))
 
     passes = tuple(counted(p) for p in config.passes)
     return replace(config, passes=passes) if passes != config.passes else config

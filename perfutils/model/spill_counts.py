@@ -1,30 +1,41 @@
-"""A one-step kernel's spill traffic, counted: the bytes a thread stores to and loads from local memory, read from the
-exact kernel's offline sm_90 compile (ptxas's spill stores and loads), for the spilling kernels a GPU folder compiled
-offline (``registers_offline.csv``, ``case_497_registers_offline.csv``).
+"""A kernel's spill traffic, counted: the bytes a thread stores to and loads from local memory, read from the exact
+kernel's offline sm_90 compile, for the spilling kernels a GPU folder compiled offline (``FILES``).
 
-Without a count, :mod:`perfutils.model.predict` estimates the traffic as the stack times a fitted number of passes,
-which the #497 family's counts put 1.1 to 1.9 passes each way (stores and loads of 2.2 to 3.9 times the stack).
-In a kernel whose tile is the whole row no spill instruction sits in a loop, so the static count is the traffic
-exactly (Nsight Compute measured 12.5 GB of local traffic for the #497 kernel, the count says 12.8 GB:
-``case_497_ncu.csv``); where the tile loops over the row the count does not say which spills repeat, so only
-one-step passes take it (:func:`perfutils.model.predict.with_spill_counts`).
+Without a count, :mod:`perfutils.model.predict` estimates the traffic as the stack times a fitted number of passes a
+step, which the #497 family's counts put 1.1 to 1.9 passes each way (stores and loads of 2.2 to 3.9 times the stack),
+and which overcounts a kernel whose spills sit outside its loop. The count is ptxas's spill stores and loads; where the
+compile also split them by where they sit in the SASS (``spill_once_bytes`` outside every loop, ``spill_loop_bytes``
+inside the loops, a trip's: :func:`perfutils.model.cubin.local_memory_bytes`), a kernel whose loops walk the row's
+tiles moves ``once + per trip x tiles`` (:func:`perfutils.model.predict.with_spill_counts`); without the split only a
+kernel whose tile is its row takes the count, since then no spill repeats (Nsight Compute measured 12.5 GB of local
+traffic for the #497 kernel, the count says 12.8 GB: ``case_497_ncu.csv``).
 
 A key is what decides the compiled code as these files record it: loss, target format, dtype, vocabulary, tile, warps
-and the stack ptxas gave (the same key never recorded two different counts). The counts hold for every sm_90 GPU, and
-the studies record them once, in the H100's folder (``SM90_FOLDER``), which an sm_90 folder without its own reads.
+and the stack ptxas gave (the same key never recorded two different counts). The counts hold for every sm_90 GPU: the
+studies record them in the H100's folder (``SM90_FOLDER``), which every sm_90 folder reads beneath its own (a GPU
+whose rows ran newer code keeps the compiles of that code: ``case-497 offline --gpu``).
 """
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
-
-import json
+from typing import NamedTuple
 
 import pandas as pd
 
-FILES = ("registers_offline.csv", "case_497_registers_offline.csv")
+FILES = ("registers_offline.csv", "case_497_registers_offline.csv", "fast_llm_registers_offline.csv")
 SM90_FOLDER = "h100-sxm-80gb"  # where the offline sm_90 compiles are recorded (perfutils.studies.case_497.TARGET_GPU)
+
+
+class SpillCount(NamedTuple):
+    """A thread's spill bytes (stores + loads): ``once`` outside the loops and ``per_trip`` inside them where
+    ``split`` (else ``once`` is the whole kernel's and ``per_trip`` 0)."""
+
+    once: float
+    per_trip: float
+    split: bool
 
 
 def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
@@ -33,17 +44,23 @@ def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size:
     return (str(loss), str(target_format), str(dtype), int(vocab), int(block_size), int(num_warps), int(spill_bytes))
 
 
-def load_spill_counts(folder) -> dict[tuple, float]:
-    """``{key: a thread's spill stores + loads in bytes}`` of the folder's offline compiles that spill; a folder of an
-    sm_90 GPU without its own takes ``SM90_FOLDER``'s beside it (empty without any)."""
-    folder = offline_folder(folder)
-    stamps = tuple((folder / name).stat().st_mtime_ns if (folder / name).is_file() else 0 for name in FILES)
-    return dict(_load(str(folder), stamps))
+def load_spill_counts(folder) -> dict[tuple, SpillCount]:
+    """``{key: SpillCount}`` of the offline compiles that spill: ``SM90_FOLDER``'s for an sm_90 folder, then the
+    folder's own over them (empty without any)."""
+    folder = Path(folder).resolve()
+    folders = [folder]
+    if _is_sm90(folder) and folder.name != SM90_FOLDER:
+        folders.insert(0, folder.parent / SM90_FOLDER)
+    counts: dict = {}
+    for each in folders:
+        stamps = tuple((each / name).stat().st_mtime_ns if (each / name).is_file() else 0 for name in FILES)
+        counts.update(_load(str(each), stamps))
+    return counts
 
 
 def offline_folder(folder) -> Path:
-    """The folder whose offline compiles count ``folder``'s kernels: its own, or for an sm_90 GPU without any,
-    ``SM90_FOLDER`` beside it."""
+    """The folder whose offline compiles of the #497 family count ``folder``'s kernels: its own, or for an sm_90 GPU
+    without any, ``SM90_FOLDER`` beside it."""
     folder = Path(folder).resolve()
     if not any((folder / name).is_file() for name in FILES) and _is_sm90(folder):
         return folder.parent / SM90_FOLDER
@@ -65,9 +82,14 @@ def _load(folder: str, stamps: tuple) -> tuple:  # stamps: the files' mtimes, so
             continue
         frame = frame.dropna(subset=needed)
         frame = frame[frame["spill_bytes"] > 0]
-        for r in frame.itertuples(index=False):
-            key = spill_key(r.loss, r.target_format, r.dtype, r.vocab, r.block_size, r.num_warps, r.spill_bytes)
-            counts[key] = float(r.spill_store_bytes) + float(r.spill_load_bytes)
+        has_split = {"spill_once_bytes", "spill_loop_bytes"} <= set(frame.columns)
+        for r in frame.to_dict("records"):
+            key = spill_key(r["loss"], r["target_format"], r["dtype"], r["vocab"], r["block_size"], r["num_warps"],
+                            r["spill_bytes"])
+            if has_split and pd.notna(r["spill_once_bytes"]) and pd.notna(r["spill_loop_bytes"]):
+                counts[key] = SpillCount(float(r["spill_once_bytes"]), float(r["spill_loop_bytes"]), True)
+            else:
+                counts[key] = SpillCount(float(r["spill_store_bytes"]) + float(r["spill_load_bytes"]), 0.0, False)
     return tuple(counts.items())
 
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..data.schema import ISSUE_COMMIT
 from ..measure.ncu import find_ncu, ncu_command, ncu_version, parse_ncu_text, run_ncu_command, unit_scale
-from ..model.cubin import sass_instruction_mix
+from ..model.cubin import local_memory_bytes, sass_instruction_mix
 
 __all__ = [
     "ABLATION_CASES",
@@ -68,6 +68,7 @@ def _target_sm_count() -> int:
 STUDY = "case_497"
 ABLATION_STUDY = "case_497_ablation"
 OFFLINE_STUDY = "case_497_registers_offline"
+PEERS_OFFLINE_STUDY = "fast_llm_registers_offline"  # Fast-LLM's kernels at the vocab sweep's shapes, offline
 NCU_STUDY = "case_497_ncu"
 
 # The project's side of the comparison at every shape: torch.compile, the emulation of #497 (fused, 32K cap),
@@ -126,6 +127,15 @@ def sass_counts(sass: str | None) -> dict[str, int | None]:
     return {key: mix.get(name, 0) for key, name in keys.items()}
 
 
+def spill_split(sass: str | None) -> dict[str, int | None]:
+    """A thread's spill bytes outside every loop (``spill_once_bytes``) and inside the loops, a trip's
+    (``spill_loop_bytes``): :func:`perfutils.model.cubin.local_memory_bytes`."""
+    if not sass:
+        return {"spill_once_bytes": None, "spill_loop_bytes": None}
+    split = local_memory_bytes(sass)
+    return {"spill_once_bytes": split["once"], "spill_loop_bytes": split["per_trip"]}
+
+
 def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dict[str, Any]:
     """Registers, stack, spills, SASS counts and the occupancy they allow; plus the local-memory footprint."""
     from ..model.occupancy import occupancy_of_counts
@@ -149,6 +159,8 @@ def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dic
         # Spill instructions' bytes x threads x rows: exact for straight-line (unrolled) code, a lower bound
         # when a spill sits in a loop that runs more than once.
         "static_spill_traffic_bytes": spill_traffic,
+        # The same bytes by where they sit: outside every loop, and inside the loops (once a trip of each)
+        **spill_split(result.sass),
         **sass_counts(result.sass),
         "compile_s": seconds,
         "triton_version": result.triton_version,
@@ -175,27 +187,46 @@ def _offline(compile_fn, base: dict[str, Any], *, num_warps: int, n_rows: int, l
 
 
 def fast_llm_offline_rows(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, losses=OFFLINE_LOSSES, dtype="bf16",
-                          log=print) -> list[dict[str, Any]]:
+                          log=print, jobs: int = 1) -> list[dict[str, Any]]:
     """Every kernel Fast-LLM's wrapper launches at these shapes, compiled for sm_90 with the launch's
-    specialization; autotuned kernels once per config (``autotune_choice``)."""
+    specialization; autotuned kernels once per config (``autotune_choice``). ``jobs`` > 1: the shapes compiled in
+    that many forked processes (nothing touches a GPU), the rows in the same order."""
+    shapes = [(index, vocab, loss, target_format) for index, checkout in enumerate(checkouts) for vocab in vocabs
+              for loss, target_format in losses if checkout.supports(loss, target_format)]
+    global _PEER_JOB
+    _PEER_JOB = (list(checkouts), tokens, dtype, log)
+    try:
+        if jobs > 1:
+            import multiprocessing
+
+            with multiprocessing.get_context("fork").Pool(jobs) as pool:
+                parts = pool.map(_peer_shape_rows, shapes)
+        else:
+            parts = [_peer_shape_rows(shape) for shape in shapes]
+    finally:
+        _PEER_JOB = None
+    return [row for part in parts for row in part]
+
+
+_PEER_JOB = None  # (checkouts, tokens, dtype, log) of the fast_llm_offline_rows call in progress (forked workers)
+
+
+def _peer_shape_rows(shape) -> list[dict[str, Any]]:
     from ..peers import fast_llm
 
+    checkouts, tokens, dtype, log = _PEER_JOB
+    index, vocab, loss, target_format = shape
+    checkout = checkouts[index]
     rows = []
-    for checkout in checkouts:
-        for vocab in vocabs:
-            for loss, target_format in losses:
-                if not checkout.supports(loss, target_format):
-                    continue
-                launches = fast_llm.capture_launches(checkout, loss=loss, target_format=target_format,
-                                                     tokens=tokens, vocab=vocab, dtype=dtype)
-                for launch in launches:
-                    for warps in launch.warp_choices:
-                        base = dict(source="fast_llm", variant=checkout.variant, fast_llm_commit=checkout.commit,
-                                    kernel=launch.name, loss=loss, target_format=target_format, dtype=dtype,
-                                    tokens=tokens, vocab=vocab, block_size=launch.block_size, num_warps=warps,
-                                    num_stages=launch.num_stages, autotune_choice=launch.autotuned)
-                        rows.append(_offline(lambda: launch.compile_offline(warps), base, num_warps=warps,
-                                             n_rows=tokens, log=log))
+    for launch in fast_llm.capture_launches(checkout, loss=loss, target_format=target_format, tokens=tokens,
+                                            vocab=vocab, dtype=dtype):
+        for warps in launch.warp_choices:
+            base = dict(source="fast_llm", variant=checkout.variant, fast_llm_commit=checkout.commit,
+                        kernel=launch.name, loss=loss, target_format=target_format, dtype=dtype, tokens=tokens,
+                        vocab=vocab, block_size=launch.block_size, num_warps=warps, num_stages=launch.num_stages,
+                        autotune_choice=launch.autotuned)
+            rows.append(_offline(lambda: launch.compile_offline(warps), base, num_warps=warps, n_rows=tokens,
+                                 log=log))
     return rows
 
 
@@ -252,19 +283,20 @@ def offline_table(checkouts, *, tokens: int = TOKENS, vocabs=VOCABS, ablation_vo
 
 
 def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwrite: bool = False,
-                        gpu: str = TARGET_GPU) -> Path:
+                        gpu: str = TARGET_GPU, study: str = OFFLINE_STUDY) -> Path:
     """``<out>/h100-sxm-80gb/case_497_registers_offline.csv`` + sidecar (target sm_90a, Triton, ptxas, commits);
-    ``gpu``: another sm_90 GPU's folder, for the compiles of the code its own rows were measured with."""
+    ``gpu``: another sm_90 GPU's folder, for the compiles of the code its own rows were measured with; ``study``:
+    ``PEERS_OFFLINE_STUDY`` for Fast-LLM's kernels alone at the vocab sweep's shapes (stage ``offline-peers``)."""
     from ..data.metadata import collect_metadata
     from ..data.schema import data_path
     from ..data.store import write_table
 
     versions = df[["triton_version", "ptxas_version"]].dropna().drop_duplicates()
     triton_version, ptxas_version = (versions.iloc[0].tolist() if len(versions) else (None, None))
-    meta = collect_metadata({"study": OFFLINE_STUDY, "tokens": sorted(set(df["tokens"])),
+    meta = collect_metadata({"study": study, "tokens": sorted(set(df["tokens"])),
                              "vocab": sorted(set(df["vocab"])), "fast_llm": _fast_llm_parameters(checkouts)})
     meta.update(
-        study=OFFLINE_STUDY,
+        study=study,
         gpu_name=f"offline sm_90a compile (Triton {triton_version}, ptxas {ptxas_version})",
         target="sm_90a",
         ptxas_version=ptxas_version,
@@ -272,10 +304,11 @@ def write_offline_table(df: pd.DataFrame, out: str | Path, checkouts, *, overwri
         note=("n_regs / stack (spill_bytes) / spill store+load bytes from compiling each launch offline with the "
               "launch's specialization (perfutils.model.offline_compile); occupancy from perfutils.model.occupancy; "
               "resident_stack_bytes = stack x threads x blocks/SM x 132 SMs; static_spill_traffic_bytes = spill "
-              "instruction bytes x threads x rows (exact for unrolled code). Fast-LLM autotuned kernels: one row "
-              "per config (autotune_choice)."),
+              "instruction bytes x threads x rows (exact for unrolled code); spill_once_bytes / spill_loop_bytes: "
+              "a thread's spill bytes outside every loop / inside the loops, a trip's (perfutils.model.cubin."
+              "local_memory_bytes). Fast-LLM autotuned kernels: one row per config (autotune_choice)."),
     )
-    return write_table(df, data_path(out, gpu, OFFLINE_STUDY), meta, overwrite=overwrite)
+    return write_table(df, data_path(out, gpu, study), meta, overwrite=overwrite)
 
 
 def _excerpt_section(title: str, compiled, *, sites: int) -> str:
@@ -556,8 +589,8 @@ def _losses(items: list[str] | None, default) -> list[tuple[str, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils case-497", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["cases", "dry-run", "offline", "spill-sass", "measure", "ablation", "ncu",
-                                                   "ncu-target"])
+    parser.add_argument("stage", choices=["cases", "dry-run", "offline", "offline-peers", "spill-sass", "measure",
+                                          "ablation", "ncu", "ncu-target"])
     parser.add_argument("variant", nargs="?", help="ncu-target: the variant to run once")
     parser.add_argument("--out", default=None, help="data folder (default data; dry-run: a new temporary folder)")
     parser.add_argument("--vocab", type=int, nargs="+", default=None)
@@ -610,6 +643,14 @@ def main(argv=None) -> int:
     if args.stage == "offline":
         df = offline_table(checkouts, vocabs=args.vocab or VOCABS)
         path = write_offline_table(df, args.out, checkouts, overwrite=args.overwrite, gpu=args.gpu)
+        print(f"wrote {path} ({len(df)} compiles, {int((df['status'] != 'ok').sum())} failed)")
+    elif args.stage == "offline-peers":
+        from .vocab_sweep import VOCABS as SWEEP_VOCABS
+
+        df = pd.DataFrame(fast_llm_offline_rows(checkouts, vocabs=args.vocab or SWEEP_VOCABS,
+                                                jobs=max(1, (os.cpu_count() or 2) - 2)))
+        path = write_offline_table(df, args.out, checkouts, overwrite=args.overwrite, gpu=args.gpu,
+                                   study=PEERS_OFFLINE_STUDY)
         print(f"wrote {path} ({len(df)} compiles, {int((df['status'] != 'ok').sum())} failed)")
     elif args.stage == "measure":
         measure_cases(STUDY, main_cases(checkouts), losses=_losses(args.loss, LOSSES), vocabs=args.vocab or VOCABS,
