@@ -419,3 +419,17 @@ def test_a_count_split_by_loop_gives_a_looping_pass_its_trips():
     key = ("reverse_kl", "logits", "bf16", 131072, 16384, 32, 264)
     counted = with_spill_counts(cfg, {key: SpillCount(once=500.0, per_trip=30.0, split=True)})
     assert counted.passes[0].spill_moved_bytes == 500 + 30 * 8
+
+
+def test_counted_spills_predict_the_spilling_configurations_better_on_both_gpus():
+    """spilling_errors: on each GPU's committed records, the configurations that spill are predicted with a smaller
+    median and p90 error from the offline compiles' counted spills than from the estimate alone; the estimate's row
+    counts none."""
+    from perfutils.model.predict import spilling_errors
+
+    for folder in (DATA, DATA.parent / "h200"):
+        errors = spilling_errors(folder).set_index("spills")
+        assert errors.loc["estimate", "counted"] == 0
+        assert 0 < errors.loc["counted", "counted"] <= errors.loc["counted", "configurations"]
+        assert errors.loc["counted", "median"] < errors.loc["estimate", "median"]
+        assert errors.loc["counted", "p90"] < errors.loc["estimate", "p90"]

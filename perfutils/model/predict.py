@@ -412,6 +412,24 @@ def spill_share_check(folder) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def spilling_errors(folder) -> pd.DataFrame:
+    """The model's |predicted / measured - 1| over a folder's recorded configurations that spill, one row with the
+    offline compiles' counted spills (``spills`` "counted") and one with the estimate alone ("estimate": no counts):
+    ``configurations``, how many the counts reached (``counted``), ``median`` and ``p90``."""
+    folder = Path(folder)
+    gpu = gpu_from_folder(folder)
+    rows = []
+    for name, counts in (("counted", None), ("estimate", {})):
+        configs = load_configurations(folder, gpu, spill_counts=counts)
+        frame = check(folder, configs=configs)
+        frame["spills"] = [any(p.spill_bytes for p in c.passes) for c in configs]
+        frame["counted"] = [any(p.spill_moved_bytes for p in c.passes) for c in configs]
+        frame = frame[frame["spills"] & frame["measured_ms"].notna()]
+        rows.append({"spills": name, "configurations": len(frame), "counted": int(frame["counted"].sum()),
+                     "median": frame["abs_rel_err"].median(), "p90": frame["abs_rel_err"].quantile(0.9)})
+    return pd.DataFrame(rows)
+
+
 def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_CONSTANTS) -> Prediction:
     """Predicted time (ms) of ``config`` on ``gpu``, the limit that binds and the time of every term (ms)."""
     k = constants
@@ -893,7 +911,7 @@ def plain_roofline_ms(folder) -> pd.Series:
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
            "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "spill_share_check",
-           "summarize",
+           "spilling_errors", "summarize",
            "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 
 
