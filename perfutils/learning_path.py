@@ -280,9 +280,9 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
 
 
 def counted_config(row: dict, gpu: model.Gpu, data_dir=None, moved_bytes: float | None = None):
-    """The model's configuration of a recorded row (``model.config_from_row``) with a one-step kernel's spill traffic
-    as an offline compile counted it: ``moved_bytes`` (a thread's spill stores + loads, from a compile made now), else
-    the folder's offline compiles (``model.load_spill_counts``)."""
+    """The model's configuration of a recorded row (``model.config_from_row``) with its kernel's spill traffic as an
+    offline compile counted it (``model.with_spill_counts``): ``moved_bytes`` (a thread's spill stores + loads, from a
+    compile made now: a one-step kernel's), else the folder's offline compiles (``model.load_spill_counts``)."""
     config = model.config_from_row(row, gpu)
     if config is None:
         return None

@@ -388,8 +388,9 @@ def spill_share_check(folder) -> pd.DataFrame:
     compiled = compiled[compiled["status"].fillna("ok") == "ok"]
     rows = []
     for r in pd.read_csv(path).to_dict("records"):
-        label, _, rest = str(r["label"]).partition(": ")
-        variant = rest.split(",")[0].strip()
+        label, _, rest = str(r["label"]).rpartition(": ")  # "<label>: <variant>, <loss> <format>, <rows> x <cols>, .."
+        variant, problem = (part.strip() for part in rest.split(",")[:2])
+        loss, target_format = problem.split()
         tokens, vocab = (int(v) for v in re.search(r"(\d+) x (\d+)", rest).groups())
         warps = int(re.search(r"\((\d+)", str(r["block"])).group(1)) // 32
         same = compiled[(compiled["variant"] == variant) & (compiled["vocab"] == vocab)
@@ -402,13 +403,13 @@ def spill_share_check(folder) -> pd.DataFrame:
         threads = 32 * warps
         stacks = float(c["spill_bytes"]) * threads * int(c["blocks_per_sm"]) * gpu.sm_count
         local = float(r["local_load_bytes"]) + float(r["local_store_bytes"])
-        extra = float(r["dram_read_bytes"]) + float(r["dram_write_bytes"]) - loss_cost(
-            "reverse_kl", "logits", tokens, vocab, 2).bytes
+        extra = (float(r["dram_read_bytes"]) + float(r["dram_write_bytes"])
+                 - loss_cost(loss, target_format, tokens, vocab, 2).bytes)
+        counted = (float(c["spill_store_bytes"]) + float(c["spill_load_bytes"])) * threads * tokens
         rows.append({"kernel": label, "variant": variant, "stack_bytes": int(c["spill_bytes"]),
                      "stacks_over_l2": stacks / gpu.l2_bytes, "modelled_share": spill_dram_share(stacks, gpu),
                      "measured_share": extra / local if local else math.nan,
-                     "counted_gb": (float(c["spill_store_bytes"]) + float(c["spill_load_bytes"])) * threads * tokens / 1e9,
-                     "profiled_gb": local / 1e9})
+                     "counted_gb": counted / 1e9, "profiled_gb": local / 1e9})
     return pd.DataFrame(rows)
 
 
@@ -911,8 +912,7 @@ def plain_roofline_ms(folder) -> pd.Series:
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
            "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "spill_share_check",
-           "spilling_errors", "summarize",
-           "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
+           "spilling_errors", "summarize", "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 
 
 def _errors(configs, measured, gpu, constants) -> np.ndarray:
