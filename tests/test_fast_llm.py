@@ -377,6 +377,69 @@ def test_case_lists(two_checkouts, capsys):
     assert all(block == 32768 for _, block, _ in case_497.ABLATION_CASES)
 
 
+class _FakeLaunch:
+    """A Fast-LLM launch whose offline compile is made up: a stack of 8 B per warp, one spill outside the loop and
+    one inside."""
+    name, block_size, num_stages, autotuned, warp_choices = "k", 16384, 3, True, (8, 16)
+    SASS = """
+        /*0000*/                   STL.64 [R1+0x8], R4 ;
+.L_x_1:
+        /*0010*/                   LDL R2, [R1] ;
+        /*0020*/               @P0 BRA `(.L_x_1) ;
+        /*0030*/                   EXIT ;
+"""
+
+    def compile_offline(self, warps):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(n_regs=64, shared_bytes=0, spill_bytes=8 * warps, spill_store_bytes=8,
+                               spill_load_bytes=4, sass=self.SASS, triton_version="3.6.0", ptxas_version="12.8")
+
+
+class _FakeCheckout:
+    variant, commit = "fast_llm_cccccccc", "c" * 40
+
+    def supports(self, loss, target_format):
+        return target_format == "logits"
+
+
+def test_peer_offline_rows_forked_are_the_serial_rows(monkeypatch):
+    """fast_llm_offline_rows: every supported shape and warp choice is a row with its spill bytes split by loop, and
+    compiling in forked processes gives the same rows in the same order."""
+    monkeypatch.setattr(fast_llm, "capture_launches", lambda checkout, **shape: [_FakeLaunch()])
+    args = dict(vocabs=(1000, 2000), losses=(("reverse_kl", "logits"), ("cross_entropy", "labels")), log=lambda _: None)
+    serial = pd.DataFrame(case_497.fast_llm_offline_rows([_FakeCheckout()], **args)).drop(columns="compile_s")
+    forked = pd.DataFrame(case_497.fast_llm_offline_rows([_FakeCheckout()], jobs=2, **args)).drop(columns="compile_s")
+    pd.testing.assert_frame_equal(serial, forked)
+    assert list(zip(serial["vocab"], serial["num_warps"])) == [(1000, 8), (1000, 16), (2000, 8), (2000, 16)]
+    assert (serial["spill_once_bytes"] == 8).all() and (serial["spill_loop_bytes"] == 4).all()
+
+
+def test_offline_stages_write_where_they_are_told(monkeypatch, tmp_path):
+    """The CLI: ``offline --gpu`` writes the compiles to that GPU's folder, ``offline-peers`` compiles Fast-LLM at the
+    vocab sweep's vocabularies into its own study, ``ncu --spilling`` profiles the ablation's other spilling steps
+    too."""
+    from perfutils.studies import vocab_sweep
+
+    written, profiled = [], []
+    monkeypatch.setattr(case_497, "fast_llm_checkouts", lambda paths=None: [])
+    monkeypatch.setattr(case_497, "offline_table", lambda checkouts, vocabs: pd.DataFrame({"status": ["ok"]}))
+    monkeypatch.setattr(case_497, "fast_llm_offline_rows",
+                        lambda checkouts, vocabs, jobs: [{"status": "ok", "vocab": v} for v in vocabs])
+    monkeypatch.setattr(case_497, "write_offline_table",
+                        lambda df, out, checkouts, **kw: written.append((len(df), kw)) or Path(out))
+    monkeypatch.setattr(case_497, "run_ncu", lambda out, vocab, targets: profiled.append(targets))
+    assert case_497.main(["offline", "--out", str(tmp_path), "--gpu", "NVIDIA H200"]) == 0
+    assert case_497.main(["offline-peers", "--out", str(tmp_path)]) == 0
+    assert case_497.main(["ncu", "--out", str(tmp_path), "--spilling"]) == 0
+    assert case_497.main(["ncu", "--out", str(tmp_path)]) == 0
+    assert written[0] == (1, {"overwrite": False, "gpu": "NVIDIA H200"})
+    assert written[1] == (len(vocab_sweep.VOCABS), {"overwrite": False, "gpu": case_497.TARGET_GPU,
+                                                     "study": case_497.PEERS_OFFLINE_STUDY})
+    assert profiled == [case_497.NCU_TARGETS + case_497.SPILLING_TARGETS, case_497.NCU_TARGETS]
+    assert {variant for _, variant, _ in case_497.SPILLING_TARGETS} <= {v for v, _, _ in case_497.ABLATION_CASES}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The real checkouts (FAST_LLM_PATH, Python >= 3.12)
 # --------------------------------------------------------------------------------------------------------------
