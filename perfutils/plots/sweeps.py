@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
 from .figures import label_points
+from .vocab_sweep import loss_label
 from ..data.records import check_single_gpu
 
 
@@ -18,9 +18,10 @@ def _panels(df: pd.DataFrame) -> list[tuple[str, int]]:
     return list(keys.itertuples(index=False, name=None))
 
 
-def loss_label(df: pd.DataFrame) -> pd.Series:
-    """'cross_entropy (labels)', 'reverse_kl', ... for facet titles."""
-    return np.where(df["loss"] == "cross_entropy", df["loss"] + " (" + df["target_format"] + ")", df["loss"])
+def loss_labels(df: pd.DataFrame) -> list[str]:
+    """Each row's :func:`perfutils.plots.vocab_sweep.loss_label` ('cross_entropy (labels)', 'reverse_kl', ...), for
+    facet titles."""
+    return [loss_label(loss, target_format) for loss, target_format in zip(df["loss"], df["target_format"])]
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -30,7 +31,7 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     out = df[df["status"] == "ok"].copy()
     if out.empty:
         raise ValueError("no row with status 'ok' to plot (every configuration failed or was wrong)")
-    out["loss_label"] = loss_label(out)
+    out["loss_label"] = loss_labels(out)
     return out
 
 

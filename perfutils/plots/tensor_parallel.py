@@ -16,7 +16,7 @@ import seaborn as sns
 
 from ..notebook import span
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
-from .sweeps import loss_label
+from .sweeps import loss_labels
 
 TP1 = "tp1-auto"
 TP2_DESIGNS = ("tp2-all_gather", "tp2-symmetric", "tp2-fast_llm")
@@ -33,7 +33,7 @@ def plot_bytes_per_rank(frame: pd.DataFrame, *, tokens: int, vocab: int, title: 
     data = frame[(frame["tokens"] == tokens) & (frame["vocab"] == vocab)].copy()
     if data.empty:
         raise ValueError(f"no rows for {tokens} tokens x vocab {vocab}")
-    data["label"] = loss_label(data)
+    data["label"] = loss_labels(data)
     data["design"] = data["variant"].map(LABELS)
     data["GB"] = data["bytes_dram_model"] / 1e9
     order = [LABELS[v] for v in (TP1, *TP2_DESIGNS) if v in set(data["variant"])]
@@ -109,7 +109,7 @@ def plot_ratio_to_tp1(df: pd.DataFrame, *, title: str = "") -> plt.Figure:
     long = table.melt(id_vars=SHAPE, value_vars=[f"{d} / tp1" for d in designs], var_name="design",
                       value_name="ratio").dropna(subset=["ratio"])
     long["design"] = long["design"].str.removesuffix(" / tp1").map(LABELS)
-    long["label"] = loss_label(long)
+    long["label"] = loss_labels(long)
     long["shape"] = long["tokens"].astype(str) + " × " + long["vocab"].astype(str)
     labels = list(dict.fromkeys(long.sort_values(["loss", "target_format"])["label"]))
     fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.8), sharey=True, squeeze=False)

@@ -51,6 +51,7 @@ _NEEDED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab", "ms_m
 
 
 def loss_label(loss: str, target_format: str) -> str:
+    """'cross_entropy (labels)', 'cross_entropy (logits)', 'forward_kl', 'reverse_kl': a loss as the pages name it."""
     return f"{loss} ({target_format})" if loss == "cross_entropy" else loss
 
 
