@@ -33,7 +33,7 @@ import pandas as pd
 
 from .model import predict as model
 from .model.roofline import loss_cost
-from .model.spill_counts import SpillCount, spill_key
+from .model.spill_counts import SpillCount, resident_stack_bytes, spill_key
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -339,7 +339,7 @@ def _model_counts(config, gpu: model.Gpu) -> dict:
         return {}
     first = config.passes[0]
     elements = float(config.tokens) * config.vocab
-    stacks = first.spill_bytes * 32 * first.num_warps * first.resident * gpu.sm_count
+    stacks = resident_stack_bytes(first.spill_bytes, first.num_warps, first.resident, gpu.sm_count)
     return {"dram_bytes_per_element": sum(p.dram_bytes for p in config.passes) / elements,
             "resident": first.resident, "kib_in_flight_per_sm": first.resident * first.load_bytes_per_step / 1024,
             "stack_over_l2": stacks / gpu.l2_bytes}

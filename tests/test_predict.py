@@ -394,16 +394,17 @@ def test_the_spill_share_is_checked_against_every_recorded_profile():
 
 
 def test_an_sm90_folder_without_offline_compiles_reads_the_h100s(tmp_path):
-    """offline_folder: a folder with its own offline compiles keeps them; an sm_90 folder without reads the H100
-    folder beside it; a folder of another GPU reads none."""
-    from perfutils.model.spill_counts import SM90_FOLDER, offline_folder
+    """offline_file: a folder with its own offline compiles keeps them; an sm_90 folder without reads the H100
+    folder's beside it; a folder of another GPU reads none."""
+    from perfutils.model.spill_counts import SM90_FOLDER, offline_file
 
-    for name, capability in (("sm90", [9, 0]), ("sm100", [10, 0])):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "vocab_sweep.json").write_text(f'{{"compute_capability": {capability}}}')
-    assert offline_folder(tmp_path / "sm90") == (tmp_path / SM90_FOLDER).resolve()
-    assert offline_folder(tmp_path / "sm100") == (tmp_path / "sm100").resolve()
-    assert offline_folder(DATA.parent / "h200") == (DATA.parent / "h200").resolve()
+    name = "case_497_registers_offline.csv"
+    for folder, capability in (("sm90", [9, 0]), ("sm100", [10, 0])):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "vocab_sweep.json").write_text(f'{{"compute_capability": {capability}}}')
+    assert offline_file(tmp_path / "sm90", name) == (tmp_path / SM90_FOLDER).resolve() / name
+    assert offline_file(tmp_path / "sm100", name) == (tmp_path / "sm100").resolve() / name
+    assert offline_file(DATA.parent / "h200", name) == (DATA.parent / "h200").resolve() / name
 
 
 def test_a_count_split_by_loop_gives_a_looping_pass_its_trips():

@@ -310,8 +310,7 @@ def prepare_cluster_row(logits: torch.Tensor, target: torch.Tensor, *, loss: str
     n_slots = max(1, min(n_rows, clusters))
     args[7] = n_slots
     last_launch.update(clusters=n_slots, ctas=chunks, regs=compiled.n_regs, shared=shared)
-    values = args + [constexprs[name] for name in ("LOSS", "NUM_CHUNKS", "CHUNKS_POW2", "BLOCK_SIZE", "PREFETCH",
-                                                   "LAGGED", "ABLATE")]
+    values = args + list(constexprs.values())  # the launcher takes the constexprs too, in the kernel's order
     stream = torch.cuda.current_stream(logits.device).cuda_stream
     middle = (compiled.function, 0, 0, None, None, (num_warps, chunks, shared), None, None, None)
 

@@ -54,7 +54,7 @@ from kernels.autotune import canonical_variant
 from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
-from .spill_counts import load_spill_counts, offline_folder, spill_key
+from .spill_counts import load_spill_counts, offline_file, resident_stack_bytes, spill_key
 from .step_counts import load_step_counts, step_key
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
@@ -368,7 +368,8 @@ def spill_seconds(kp: KernelPass, gpu: Gpu) -> float:
     pass's time: the spills sit in each thread's dependent chain."""
     threads = 32 * kp.num_warps
     traffic = kp.spill_moved_bytes * threads * kp.programs
-    to_dram = spill_dram_share(kp.spill_bytes * threads * max(1, kp.resident) * gpu.sm_count, gpu)
+    to_dram = spill_dram_share(resident_stack_bytes(kp.spill_bytes, kp.num_warps, max(1, kp.resident), gpu.sm_count),
+                               gpu)
     l2_gbps = gpu.ceilings.l2_gbps or gpu.stream_gbps
     return to_dram * traffic / (gpu.stream_gbps * 1e9) + (1 - to_dram) * traffic / (l2_gbps * 1e9)
 
@@ -384,7 +385,7 @@ def spill_share_check(folder) -> pd.DataFrame:
     if not path.is_file():
         return pd.DataFrame()
     gpu = gpu_from_folder(folder)
-    compiled = pd.read_csv(offline_folder(folder) / "case_497_registers_offline.csv")
+    compiled = pd.read_csv(offline_file(folder, "case_497_registers_offline.csv"))
     compiled = compiled[compiled["status"].fillna("ok") == "ok"]
     rows = []
     for r in pd.read_csv(path).to_dict("records"):
@@ -401,7 +402,7 @@ def spill_share_check(folder) -> pd.DataFrame:
             continue
         c = same.iloc[0]
         threads = 32 * warps
-        stacks = float(c["spill_bytes"]) * threads * int(c["blocks_per_sm"]) * gpu.sm_count
+        stacks = resident_stack_bytes(float(c["spill_bytes"]), warps, int(c["blocks_per_sm"]), gpu.sm_count)
         local = float(r["local_load_bytes"]) + float(r["local_store_bytes"])
         extra = (float(r["dram_read_bytes"]) + float(r["dram_write_bytes"])
                  - loss_cost(loss, target_format, tokens, vocab, 2).bytes)

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 FILES = ("registers_offline.csv", "case_497_registers_offline.csv", "fast_llm_registers_offline.csv")
@@ -36,6 +37,14 @@ class SpillCount(NamedTuple):
     once: float
     per_trip: float
     split: bool
+
+
+def resident_stack_bytes(stack_bytes, num_warps, blocks_per_sm, sm_count: int):
+    """The per-thread stack of every thread resident on the GPU at once: stack x 32 x warps x blocks/SM x SMs
+    (what the L2 would have to hold for the spills never to reach DRAM)."""
+    if isinstance(sm_count, bool) or not isinstance(sm_count, (int, np.integer)) or sm_count <= 0:
+        raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
+    return stack_bytes * 32 * num_warps * blocks_per_sm * sm_count
 
 
 def spill_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
@@ -58,13 +67,13 @@ def load_spill_counts(folder) -> dict[tuple, SpillCount]:
     return counts
 
 
-def offline_folder(folder) -> Path:
-    """The folder whose offline compiles of the #497 family count ``folder``'s kernels: its own, or for an sm_90 GPU
-    without any, ``SM90_FOLDER`` beside it."""
+def offline_file(folder, name: str) -> Path:
+    """An offline compiles file (one of ``FILES``) for ``folder``'s kernels: the folder's own, or for an sm_90 GPU
+    without it, ``SM90_FOLDER``'s beside it."""
     folder = Path(folder).resolve()
-    if not any((folder / name).is_file() for name in FILES) and _is_sm90(folder):
-        return folder.parent / SM90_FOLDER
-    return folder
+    if not (folder / name).is_file() and _is_sm90(folder):
+        return folder.parent / SM90_FOLDER / name
+    return folder / name
 
 
 @lru_cache(maxsize=8)

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.schema import ISSUE_COMMIT  # Fast-LLM's kernel of issue #497
+from ..model.spill_counts import resident_stack_bytes  # noqa: F401  (the notebooks call it from here)
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
 from .figures import plain_log_ticks
 from .figures import check_frame, label_points
@@ -280,14 +281,6 @@ def plot_reproduction(table: pd.DataFrame, *, title: str = "", highlight: str | 
 # ---------------------------------------------------------------------------------------------------------------
 # Registers, stack, spill traffic
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def resident_stack_bytes(stack_bytes, num_warps, blocks_per_sm, sm_count: int):
-    """The per-thread stack of every thread resident on the GPU at once: stack x 32 x warps x blocks/SM x SMs
-    (what the L2 would have to hold for the spills never to reach DRAM)."""
-    if isinstance(sm_count, bool) or not isinstance(sm_count, (int, np.integer)) or sm_count <= 0:
-        raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
-    return stack_bytes * 32 * num_warps * blocks_per_sm * sm_count
 
 
 _JOIN = ["variant", "loss", "target_format", "vocab", "block_size", "num_warps"]

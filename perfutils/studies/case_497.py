@@ -33,6 +33,7 @@ import pandas as pd
 from ..data.schema import ISSUE_COMMIT
 from ..measure.ncu import find_ncu, ncu_command, ncu_version, parse_ncu_text, run_ncu_command, unit_scale
 from ..model.cubin import local_memory_bytes, sass_instruction_mix
+from ..model.spill_counts import resident_stack_bytes
 
 __all__ = [
     "ABLATION_CASES",
@@ -155,7 +156,8 @@ def _compiled_row(result, *, num_warps: int, n_rows: int, seconds: float) -> dic
         "blocks_per_sm": int(occ.blocks_per_sm),
         "limiter": occ.limiter,
         # The stack of every resident thread of the GPU (H100: 132 SMs) against its 50 MB L2.
-        "resident_stack_bytes": result.spill_bytes * threads * int(occ.blocks_per_sm) * _target_sm_count(),
+        "resident_stack_bytes": resident_stack_bytes(result.spill_bytes, num_warps, int(occ.blocks_per_sm),
+                                                     _target_sm_count()),
         # Spill instructions' bytes x threads x rows: exact for straight-line (unrolled) code, a lower bound
         # when a spill sits in a loop that runs more than once.
         "static_spill_traffic_bytes": spill_traffic,
