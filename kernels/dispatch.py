@@ -17,6 +17,7 @@ Where the first call found that the kernels read the caller's logits, target, ma
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ class CallTemplate:
     buffers: nothing a caller sees) is kept per CUDA stream and reused, since calls on one stream run in order and
     the kernels leave it as the next call expects it (``row_math.finish_program``); a new one is initialized once
     (``workspace_fills``). Under CUDA-graph capture a call takes a fresh one from the graph's pool, initialized in
-    the graph (its replays re-initialize it). A lock keeps one call's launches together when threads share a stream.
+    the graph (its replays re-initialize it); so does a call whose allocations go to torch.compile's CUDA-graph pool
+    (:func:`in_graph_pool`). A lock keeps one call's launches together when threads share a stream.
     ``passthrough``: the first call's kernels read the caller's logits, target, mask and grad_output tensors
     themselves (no copy), so later calls with the same key pass their data pointers without making views
     (:func:`call_tensors` otherwise)."""
@@ -76,12 +78,11 @@ class CallTemplate:
         # allocated in the caller's shape: the kernels write it as contiguous (rows, n_cols), the same layout
         grad = self.grad_like.new_empty(self.out_shape) if self.has_grad else None
         with self.lock:
-            if torch._C._cuda_isCurrentStreamCapturing():
+            workspace = None if torch._C._cuda_isCurrentStreamCapturing() else self.workspaces.get(stream)
+            if workspace is None:
                 workspace = self.new_workspace()
-            else:
-                workspace = self.workspaces.get(stream)
-                if workspace is None:
-                    workspace = self.workspaces[stream] = self.new_workspace()
+                if not in_graph_pool(self.device.index, stream):
+                    self.workspaces[stream] = workspace
             pointers += [grad.data_ptr() if grad is not None else None, workspace.data_ptr(), loss.data_ptr(),
                          grad_output_value]
             for launch in self.launches:
@@ -91,6 +92,22 @@ class CallTemplate:
     def new_workspace(self) -> torch.Tensor:
         return initialize_workspace(torch.empty(self.workspace_shape, dtype=torch.float32, device=self.device),
                                     self.workspace_fills)
+
+
+def in_graph_pool(device_index: int, stream: int) -> bool:
+    """Whether allocations on this raw stream go to a CUDA graph's memory pool: under capture, or on the stream of
+    torch.compile's CUDA graphs (mode="reduce-overhead"), which warm a compiled function up (and run it eagerly when
+    they must) there. A tensor kept past the call in that pool is memory the graphs reuse: inductor stops with "tensor(s)
+    in the cudagraph pool not tracked as outputs" (a first call under reduce-overhead did). Such calls take a fresh
+    workspace, like a capture."""
+    if torch._C._cuda_isCurrentStreamCapturing():
+        return True
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")  # loaded once reduce-overhead has compiled something
+    if trees is None:
+        return False
+    # torch's internals (2.x): the device's tree manager, None before its first graph, and the stream it runs on
+    manager = trees.get_manager(device_index, create_if_none_exists=False)
+    return getattr(getattr(manager, "stream", None), "cuda_stream", None) == stream
 
 
 def make_template(problem: Problem, plan: Plan, given: tuple | None = None) -> CallTemplate | None:

@@ -49,6 +49,7 @@ GPU_APPROXIMATIONS = tl.constexpr(not interpreting())
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
@@ -367,6 +368,14 @@ def weighted_terms_fused(e_x, e_t, x, t, LOSS: tl.constexpr):
     weight and term picked first, the lagged forward-KL kernel compiled to 34 more instructions a step.)"""
     if LOSS == CE_LOGITS:
         weighted = e_t * tl.where(e_t > 0, x, 0.0)
+    elif GPU_APPROXIMATIONS:
+        # The KLs' difference is -inf or NaN (-inf - -inf) exactly where the weight is 0 (a bad row apart, which its
+        # sums make NaN): the GPU's max.f32 returns -FLOAT32_MAX there (it drops a NaN), so the product is 0 with
+        # one instruction instead of a compare and a select. (The interpreter's maximum keeps NaN: the select below.)
+        if LOSS == FORWARD_KL:
+            weighted = e_t * tl.maximum(t - x, -FLOAT32_MAX)
+        else:
+            weighted = e_x * tl.maximum(x - t, -FLOAT32_MAX)
     elif LOSS == FORWARD_KL:
         weighted = e_t * tl.where(e_t > 0, t - x, 0.0)
     else:
@@ -568,6 +577,24 @@ def scaled_gradient(x, t, m_x, m_t, q_scale, p_scale, offset, lanes, label, LOSS
     else:
         grad = e_x * q_scale - tl.exp2(t * LOG2E - m_t) * p_scale
     return grad
+
+
+@triton.jit
+def gradient_shifts(m_x, s_x, m_t, s_t, grad_scale, FAST: tl.constexpr = False):
+    """The row scalars of :func:`folded_gradient`: each softmax's shift with its normalisation and |grad_scale| moved
+    into the exponent, exp2(x2 - m) * |grad_scale| / s = exp2(x2 - (m - log2 |grad_scale| + log2 s))."""
+    log2_scale = log2_of(tl.abs(grad_scale), FAST)
+    return m_x - log2_scale + log2_of(s_x, FAST), m_t - log2_scale + log2_of(s_t, FAST)
+
+
+@triton.jit
+def folded_gradient(a, b, shift_a, shift_b):
+    """|grad_scale| * (softmax(a) - softmax(b)) for one tile of fp32 logits and targets in natural units (forward KL
+    and cross-entropy from target logits; shifts from :func:`gradient_shifts`): each softmax one fused multiply-add
+    and exp2, and one subtraction, where :func:`scaled_gradient` also multiplies each by its scale. A negative
+    grad_scale is the same difference the other way round: the caller passes (targets, logits) and their shifts, read
+    the other way round (pointers chosen once a call), so that no element pays for the sign."""
+    return tl.exp2(a * LOG2E - shift_a) - tl.exp2(b * LOG2E - shift_b)
 
 
 @triton.jit

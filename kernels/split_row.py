@@ -36,6 +36,8 @@ from .problem import (MIN_BLOCK_SIZE, Problem, allocate_outputs, check_block_siz
                       check_num_warps, finisher, next_power_of_2, workspace_size)
 from .row_math import (
     CE_LABELS,
+    CE_LOGITS,
+    FORWARD_KL,
     WS_GEN,
     base2,
     body_offset,
@@ -64,6 +66,8 @@ from .row_math import (
     tile_statistics_raw,
     widen,
     gradient_scales,
+    gradient_shifts,
+    folded_gradient,
     scaled_gradient,
 )
 
@@ -304,10 +308,21 @@ def split_row_lagged_kernel(
     instructions (forward KL, offline sm_90), +0.1 to +2.3 points of copy bandwidth at 24 of 25 cells measured
     (logs/explore_fast_2026-11-26.txt); errors far below fp32's 1e-5. Also the gradient from the raw tiles with
     grad_scale folded into the row's scalars (row_math.gradient_scales, scaled_gradient; 0.96-0.99x the time through
-    the public call, logs/ab_code_trees_2026-11-26.txt).
+    the public call, logs/ab_code_trees_2026-11-26.txt). For forward KL and cross-entropy from logits the gradient's
+    scales go into its exponents instead (row_math.folded_gradient: one subtraction an element where the scaled form
+    takes a multiply and a fused multiply-add) and the chunk's start is 32-bit (one compare per mask); the KLs'
+    weighted sum clamps instead of selecting (row_math.weighted_terms_fused): 4-12% fewer instructions a step
+    (forward KL), 0.90-0.99x the time through the public call on an H200
+    (data/h200/logs/ab_code_trees_folded_2026-11-29.txt).
     """
+    # Forward KL and cross-entropy from logits: the gradient's scales in its exponents (row_math.folded_gradient),
+    # when the two tensors share a dtype (a negative grad_scale swaps their pointers).
+    SAME_DTYPE: tl.constexpr = logits_ptr.dtype.element_ty == target_ptr.dtype.element_ty
+    FOLDED: tl.constexpr = FAST_MATH and (LOSS == FORWARD_KL or LOSS == CE_LOGITS) and SAME_DTYPE
     slot, chunk = slot_and_chunk(NUM_CHUNKS, CHUNKS_POW2)
     start = chunk.to(tl.int64) * BLOCK_SIZE
+    if FOLDED:  # 32 bits: each mask's compare one instruction, not two (the other losses measured no faster with it,
+        start = chunk * BLOCK_SIZE  # and reverse KL's step spilled under the search's register caps)
     cols = tl.arange(0, BLOCK_SIZE)
     lanes = tl.arange(0, CHUNKS_POW2)
     lane_used = lanes < NUM_CHUNKS
@@ -324,6 +339,7 @@ def split_row_lagged_kernel(
     # The distribution losses' fast math also leaves the second read's outside lanes unfilled and flushes subnormals
     # in the row's scalars (labels CE measured 0.6% slower with both: logs/ab_code_trees_ftz_2026-11-26.txt).
     DISTRIBUTION_FAST: tl.constexpr = FAST_MATH and LOSS != CE_LABELS
+    flip = grad_scale < 0  # FOLDED: the tiles of the gradient read the other way round
     behind = LAG_STEPS * n_slots  # rows between the one read from DRAM and the one finished
     row = slot.to(tl.int64)
     cur_valid, _unused = row_validity(labels_ptr, mask_ptr, tl.minimum(row, n_rows - 1), ignore_index, LOSS, HAS_MASK)
@@ -376,9 +392,12 @@ def split_row_lagged_kernel(
         old_width = tl.where(old_valid, body_old - start, 0)
         if not COMPUTE_GRAD:
             old_width = 0 * old_width
-        x_old, t_old = load_raw_tiles(logits_ptr + body_offset(old * logits_stride, head_old, PEEL, VEC) + start,
-                                      target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start,
-                                      cols, old_width, LOSS, "evict_first", not DISTRIBUTION_FAST)
+        x_old_ptr = logits_ptr + body_offset(old * logits_stride, head_old, PEEL, VEC) + start
+        t_old_ptr = target_ptr + body_offset(old * target_stride, head_old, PEEL, VEC) + start
+        if FOLDED:  # a negative grad_scale: the tiles read the other way round (see folded_gradient)
+            x_old_ptr, t_old_ptr = tl.where(flip, t_old_ptr, x_old_ptr), tl.where(flip, x_old_ptr, t_old_ptr)
+        x_old, t_old = load_raw_tiles(x_old_ptr, t_old_ptr, cols, old_width, LOSS, "evict_first",
+                                      not DISTRIBUTION_FAST)
         g_old = grad_ptr + body_offset(old * n_cols, head_old, PEEL, VEC) + start
         old_edge = old_valid & (chunk == NUM_CHUNKS - 1) & COMPUTE_GRAD
         ex_old, et_old = edge_tiles(x_old_row, target_ptr + old * target_stride, head_old, body_old, n_cols, old_edge,
@@ -399,7 +418,11 @@ def split_row_lagged_kernel(
             if COMPUTE_GRAD:
                 lse_diff2 = lse_difference(big_m_x, big_s_x, big_m_t, big_s_t, row_fast)
                 old_label = label_in_tile(label, start + head_old, BLOCK_SIZE)
-                if FAST_MATH:  # grad_scale folded into the row's scalars, the tiles in natural units
+                if FOLDED:  # the scales in the exponents
+                    shift_x, shift_t = gradient_shifts(big_m_x, big_s_x, big_m_t, big_s_t, grad_scale, row_fast)
+                    grad = folded_gradient(widen(x_old), widen(t_old), tl.where(flip, shift_t, shift_x),
+                                           tl.where(flip, shift_x, shift_t))
+                elif FAST_MATH:  # grad_scale folded into the row's scalars, the tiles in natural units
                     q_scale, p_scale, offset = gradient_scales(big_s_x, big_s_t, lse_diff2, loss, grad_scale, LOSS,
                                                                row_fast)
                     grad = scaled_gradient(widen(x_old), widen(t_old), big_m_x, big_m_t, q_scale, p_scale, offset,

@@ -65,7 +65,7 @@ import torch.distributed as dist
 import triton
 
 from . import vocab_parallel_search
-from .dispatch import GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors
+from .dispatch import GRAD_OUTPUT_VALUE, ROLES, TemplateCache, call_key, call_tensors, in_graph_pool
 from .launch import can_launch_directly
 from .peer_memory import group_barrier, peer_buffers
 from .problem import build_problem
@@ -308,7 +308,7 @@ class VocabParallelTemplate:
             buffer = None if capturing else self.kept.get(role)
             if buffer is None:
                 buffer = torch.empty(shape, dtype=torch.float32, device=device)
-                if not capturing:
+                if not in_graph_pool(device.index, stream):
                     self.kept[role] = buffer
             kept[role] = buffer
         tensors: list = [rows, target, labels, mask, grad_output, grad, kept["workspace"], loss, grad_output_value,

@@ -930,6 +930,9 @@ def _if_edit(node: ast.If, lines: list, values: dict):
     return node.lineno, node.end_lineno, _lines(lines, first, last, inner - head)
 
 
+LOOSE_EXPRESSIONS = (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda)  # bind looser than `and` and `or`'s operands
+
+
 def _expression_edit(tree: ast.AST, lines: list, values: dict):
     """(line, line, [line]) with the outermost one-line expression that uses a folded switch replaced by its value
     (an ``and`` keeps its unknown operands); None when no such expression is left."""
@@ -942,8 +945,11 @@ def _expression_edit(tree: ast.AST, lines: list, values: dict):
         parent = parents.get(node)
         if isinstance(parent, ast.BoolOp):  # `SWITCH and rest`: the rest, when the switch does not decide it
             node, kept = parent, [v for v in parent.values if not _known(v, values)]
-            text = f" {'and' if isinstance(parent.op, ast.And) else 'or'} ".join(ast.get_source_segment(
-                "\n".join(lines), v) for v in kept)
+            source = "\n".join(lines)
+            # an operand's own parentheses lie outside its node: put them back where precedence needs them
+            text = f" {'and' if isinstance(parent.op, ast.And) else 'or'} ".join(
+                f"({ast.get_source_segment(source, v)})" if len(kept) > 1 and isinstance(v, LOOSE_EXPRESSIONS)
+                else ast.get_source_segment(source, v) for v in kept)
         else:
             value = _value(node, values)
             text = repr(int(value) if isinstance(value, bool) and isinstance(parent, ast.BinOp) else value)

@@ -369,6 +369,39 @@ def test_lagged_special_values(loss_index, fast_math):
         assert torch.isnan(value), f"{special} at row {row} gave a finite loss {value.item()}"
 
 
+# The lagged kernel's gradient with its scales in the exponents (forward KL and cross-entropy from logits,
+# row_math.folded_gradient): a negative grad_output reads the two tiles the other way round, zero gives a zero
+# gradient, and target logits of another dtype than the logits (their pointers may not be swapped) take the scaled
+# form; rows aligned (32768) and peeled (50257), bf16 and fp32 logits. Every loss runs, the others as the control.
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
+                                    (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)],
+                         ids=["bf16", "fp32", "fp32-bf16-target", "bf16-fp32-target"])
+@pytest.mark.parametrize("vocab", [32768, 50257])
+@pytest.mark.parametrize("loss_index", [i for i, (_loss, fmt) in enumerate(LOSS_FORMATS) if fmt == "logits"],
+                         ids=[name for name, (_loss, fmt) in zip(LOSS_IDS, LOSS_FORMATS) if fmt == "logits"])
+def test_lagged_gradient_sign_and_target_dtype(loss_index, vocab, dtypes):
+    loss, fmt = LOSS_FORMATS[loss_index]
+    gen = torch.Generator(device="cuda").manual_seed(131 + loss_index)
+    logits = torch.randn(200, vocab, generator=gen, device="cuda").mul_(SCALE).to(dtypes[0])
+    target = torch.randn(200, vocab, generator=gen, device="cuda").mul_(SCALE).to(dtypes[1])
+    tol = TOL if torch.bfloat16 in dtypes else 1e-5
+    plan_options = dict(loss=loss, target_format=fmt, variant="split_row", block_size=4096, num_warps=4,
+                        cooperative=True)
+    for grad_output in (-0.37, 0.0, torch.tensor(-2.5, device="cuda")):
+        plan = kernels.prepare(logits, target, grad_output=grad_output, **plan_options)
+        assert plan.config["schedule"] == "lagged"
+        for _call in range(2):  # the summaries' two halves alternate between calls
+            value, grad = plan.run()
+            ref_loss, ref_grad = reference.entropy_loss_forward_backward(logits, target, loss=loss, target_format=fmt,
+                                                                         grad_output=float(grad_output))
+            label = f"{loss} 200x{vocab} {dtypes} grad_output {float(grad_output)}"
+            assert abs(value.item() - ref_loss.item()) / abs(ref_loss.item()) <= tol, label
+            if float(grad_output):
+                assert rel_err(grad, ref_grad) <= tol, label
+            else:
+                assert torch.count_nonzero(grad) == 0, label
+
+
 # --------------------------------------------------------------------------------------------
 # More than 2**31 elements
 # --------------------------------------------------------------------------------------------

@@ -259,6 +259,16 @@ def test_fold_constexprs_keeps_the_branch_taken_and_drops_the_switch():
         lp.fold_constexprs(FOLDABLE, ["BLOCK"])  # no default: not a switch to fold
 
 
+def test_folding_keeps_the_parentheses_precedence_needs():
+    """`SWITCH and (a or b) and c` folded at SWITCH=True is `(a or b) and c`, not `a or b and c` (another kernel)."""
+    source = ("def kernel(a, b, c, SWITCH: tl.constexpr = True):\n"
+              "    X: tl.constexpr = SWITCH and (a or b) and c\n"
+              "    Y: tl.constexpr = SWITCH and (a or b)\n"
+              "    return X, Y\n")
+    folded = lp.fold_constexprs(source, ["SWITCH"])
+    assert "X: tl.constexpr = (a or b) and c" in folded and "Y: tl.constexpr = a or b" in folded
+
+
 def test_lagged_diff_folds_the_later_switches_at_their_defaults():
     from kernels import split_row
 

@@ -205,6 +205,28 @@ def test_call_key_tells_apart_what_a_template_cannot_reuse():
     assert call_key(x, t, None, scale, ()) != call_key(x, t, None, torch.ones(3), ())
 
 
+def test_workspaces_are_not_kept_from_torch_compiles_graph_pool(monkeypatch):
+    """A call on the stream of torch.compile's CUDA graphs (reduce-overhead warms a function up there, its allocations
+    going to the graphs' pool) takes a fresh workspace instead of keeping one: inductor refuses a kept one. The tree
+    manager is stood in for (its module is torch's internals, loaded only once reduce-overhead compiled something)."""
+    import types
+
+    from kernels import dispatch
+
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees", raising=False)
+    assert not dispatch.in_graph_pool(0, 77)  # no reduce-overhead in this process
+    manager = types.SimpleNamespace(stream=types.SimpleNamespace(cuda_stream=77))
+    managers = {0: manager}
+    trees = types.SimpleNamespace(get_manager=lambda index, create_if_none_exists=True: managers.get(index))
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    assert dispatch.in_graph_pool(0, 77)  # the graphs' stream
+    assert not dispatch.in_graph_pool(0, 5)  # the caller's own stream
+    assert not dispatch.in_graph_pool(1, 77)  # a device with no graphs yet
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+    assert dispatch.in_graph_pool(1, 5)  # capture
+
+
 class _FakeCompiled:
     """What kernels.launch.DirectLaunch reads of a triton CompiledKernel, recording the launches it is given."""
 
