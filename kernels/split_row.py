@@ -312,7 +312,7 @@ def split_row_lagged_kernel(
     scales go into its exponents instead (row_math.folded_gradient: one subtraction an element where the scaled form
     takes a multiply and a fused multiply-add) and the chunk's start is 32-bit (one compare per mask); the KLs'
     weighted sum clamps instead of selecting (row_math.weighted_terms_fused): 4-12% fewer instructions a step
-    (forward KL), 0.90-0.99x the time through the public call on an H200
+    (forward KL), 0.90-0.99x its time through the public call on an H200
     (data/h200/logs/ab_code_trees_folded_2026-11-29.txt).
     """
     # Forward KL and cross-entropy from logits: the gradient's scales in its exponents (row_math.folded_gradient),
