@@ -507,10 +507,12 @@ def test_reverse_kl_fused_tile_keeps_the_registers_of_forward_kl():
 
 def test_the_gpu_launch_of_a_split_plan_is_built_and_counted_off_a_gpu():
     """split_row.cooperative_launch builds the persistent kernel a GPU plan runs (a CPU plan is the multi-launch form),
-    and offline_counts counts it for split rows: forward KL 4096 x 32000 in 4096-column chunks is the 128-register
-    kernel the H200 ran (data/h200/logs/ncu_kept_2026-11-28.txt)."""
+    and offline_counts counts it for split rows: forward KL 4096 x 32000 in 4096-column chunks, the kernel the plan
+    launches (128 registers when the H200 ran it, data/h200/logs/ncu_kept_2026-11-28.txt; 96 since the folded
+    gradient, data/h200/logs/offline_steps_folded_2026-11-29.txt)."""
     from kernels import split_row
     from kernels.problem import build_problem
+    from perfutils.model.offline_compile import compile_launch
     from perfutils.model.offline_counts import offline_counts
 
     logits = torch.zeros(64, 32000, dtype=torch.bfloat16)
@@ -526,4 +528,5 @@ def test_the_gpu_launch_of_a_split_plan_is_built_and_counted_off_a_gpu():
     with pytest.raises(ValueError, match="'lagged' or 'wait'"):
         split_row.cooperative_launch(problem, 4096, 4, schedule="kept")
     frame, _ = offline_counts([("forward_kl", "logits", "split_row", 4096, 4)], vocab=32000, log=None)
-    assert frame.loc[0, "launch"] == "split_row.lagged" and frame.loc[0, "n_regs"] == 128
+    assert frame.loc[0, "launch"] == "split_row.lagged"
+    assert frame.loc[0, "n_regs"] == compile_launch(lagged, with_sass=False).n_regs <= 128
