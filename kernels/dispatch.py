@@ -97,9 +97,9 @@ class CallTemplate:
 def in_graph_pool(device_index: int, stream: int) -> bool:
     """Whether allocations on this raw stream go to a CUDA graph's memory pool: under capture, or on the stream of
     torch.compile's CUDA graphs (mode="reduce-overhead"), which warm a compiled function up (and run it eagerly when
-    they must) there. A tensor kept past the call in that pool is memory the graphs reuse: inductor stops with "tensor(s)
-    in the cudagraph pool not tracked as outputs" (a first call under reduce-overhead did). Such calls take a fresh
-    workspace, like a capture."""
+    they must) there. A tensor kept past the call in that pool is memory the graphs reuse: inductor stops with
+    "tensor(s) in the cudagraph pool not tracked as outputs" (a first call under reduce-overhead did). Such calls
+    take a fresh workspace, like a capture."""
     if torch._C._cuda_isCurrentStreamCapturing():
         return True
     trees = sys.modules.get("torch._inductor.cudagraph_trees")  # loaded once reduce-overhead has compiled something

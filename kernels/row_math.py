@@ -592,8 +592,9 @@ def folded_gradient(a, b, shift_a, shift_b):
     """|grad_scale| * (softmax(a) - softmax(b)) for one tile of fp32 logits and targets in natural units (forward KL
     and cross-entropy from target logits; shifts from :func:`gradient_shifts`): each softmax one fused multiply-add
     and exp2, and one subtraction, where :func:`scaled_gradient` also multiplies each by its scale. A negative
-    grad_scale is the same difference the other way round: the caller passes (targets, logits) and their shifts, read
-    the other way round (pointers chosen once a call), so that no element pays for the sign."""
+    grad_scale is the same difference the other way round: the caller reads the targets' tile as ``a`` and the
+    logits' as ``b`` (their pointers swapped by a scalar select, their shifts too), so that no element pays for the
+    sign."""
     return tl.exp2(a * LOG2E - shift_a) - tl.exp2(b * LOG2E - shift_b)
 
 
