@@ -7,9 +7,11 @@ faster through what users call, in one machine moment rather than across session
   python scripts/ab_code_trees.py --base DIR LOSS/FORMAT:TOKENSxVOCAB [...] [--rounds 5] [--variant fused]
 
 The other tree is imported as the package ``kernels_base`` (its modules import each other relatively); it shares this
-checkout's ``perfutils``, and its operators are renamed in DIR to the torch.library namespace ``fused_loss_kernels_base``. Each tree's first-call search keeps its own choices (the cache file is named by a stamp of
+checkout's ``perfutils``, and its operators are renamed in DIR to the torch.library namespace
+``fused_loss_kernels_base``. Each tree's first-call search keeps its own choices (the cache file is named by a stamp of
 the kernels' sources: kernels.autotune.cache_file); give the process a fresh ``FUSED_LOSS_CACHE_DIR`` so that both
-search in this moment.
+search in this moment. Each tree reads the tuning table beside its own package (``DIR/data/<gpu>/tuning.csv``): copy
+it there too, else the base runs the heuristic's plan where the head runs the table's (the script stops on that).
 """
 import argparse
 import importlib.util
@@ -40,6 +42,16 @@ def import_tree(directory: str, name: str = "kernels_base"):
     return module
 
 
+def check_tuning_tables(trees: dict, gpu_name: str) -> None:
+    """Stop when one tree has a tuning table for this GPU and the other has none: table mode would compare plans."""
+    found = {name: bool(importlib.import_module(f"{tree.__name__}.autotune").load_tuning_table(gpu_name))
+             for name, tree in trees.items()}
+    if len(set(found.values())) > 1:
+        missing = [name for name, has in found.items() if not has]
+        raise SystemExit(f"no tuning table for {gpu_name} beside the {missing[0]} tree's package (copy data/<gpu>/"
+                         f"tuning.csv into {Path(trees[missing[0]].__file__).parent.parent}/data/<gpu>/)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="+", type=cell)
@@ -49,6 +61,7 @@ def main():
     args = parser.parse_args()
     trees = {"head": kernels, "base": import_tree(args.base)}
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
+    check_tuning_tables(trees, torch.cuda.get_device_name())
 
     def make_calls(x, t, loss, fmt):
         return {name: (lambda tree=tree: tree.entropy_loss_forward_backward(x, t, loss=loss, target_format=fmt,

@@ -9,9 +9,10 @@ grad_output (number, tensor, None), batch dimensions, autograd and torch.compile
 (shapes, labels), labels outside the whole vocabulary, a peer that never calls (the bounded wait's error).
 
 On two GPUs the job adds cases the interpreter cannot run in reasonable time or at all: rows split into several
-chunks over persistent grids (large vocabularies), a repeated call captured in a CUDA graph and replayed, and a
-repeated call under ``torch.cuda.set_sync_debug_mode("error")`` (no host sync); the peer that never calls is left
-out there (its device-side assert ends the CUDA context).
+chunks over persistent grids (large vocabularies), a repeated call captured in a CUDA graph and replayed, a
+repeated call under ``torch.cuda.set_sync_debug_mode("error")`` (no host sync), and the call under
+``torch.compile(mode="reduce-overhead")`` from no template (its warm-up allocates in the graphs' pool); the peer that
+never calls is left out there (its device-side assert ends the CUDA context).
 
 The two ranks run every case in one job (module fixture); a job that hangs is killed after ``JOB_TIMEOUT_S`` and the
 tests fail. The argument checks that need no second process run in this process.
@@ -74,6 +75,8 @@ def _cases() -> list[dict]:
                 cases.append(dict(base, name=f"{loss}-{fmt}-{design}-large", shape=(1000,), mask=True))
                 cases.append(dict(base, name=f"{loss}-{fmt}-{design}-graph", shape=(512,), graph=True))
                 cases.append(dict(base, name=f"{loss}-{fmt}-{design}-no_sync", shape=(512,), no_sync=True))
+                cases.append(dict(base, name=f"{loss}-{fmt}-{design}-reduce_overhead", shape=(512,),
+                                  reduce_overhead=True))
     return cases
 
 
@@ -144,9 +147,47 @@ def _repeated(call, case: dict):
     return call()
 
 
+def _reduce_overhead(case: dict, rank: int, group, device, options: dict) -> tuple:
+    """torch.compile(mode="reduce-overhead") of a step that calls the loss with ``group=``, from no template: the
+    first calls are the CUDA-graph trees' warm-up, whose allocations land in the graphs' pool (no buffer may be kept
+    from them), later calls replay on new inputs; then an eager call. Returns the worst (loss, gradient) errors
+    against the single-process call of each input, and the last call's loss."""
+    import torch.distributed as dist
+
+    vocab_parallel.TEMPLATES.clear()
+    torch._dynamo.reset()
+    grad_output = 0.5
+
+    def step(x, t):
+        return kernels.entropy_loss_forward_backward(x, t, grad_output=grad_output, group=group,
+                                                     tp_design=case["design"], **options)
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    loss_err = grad_err = 0.0
+    for seed, call in ((11, compiled), (12, compiled), (13, compiled), (14, compiled), (15, step)):
+        logits, target, _ = _inputs(case, seed, device)
+        ref_loss, ref_grad = kernels.entropy_loss_forward_backward(logits, target, grad_output=grad_output, **options)
+        local_target = target if case["fmt"] == "labels" else _slice(target, rank)
+        loss, grad = call(_slice(logits, rank), local_target)
+        loss, grad = loss.clone(), grad.clone()  # a replay's outputs are the graph's: the next replay writes them
+        pieces = [torch.empty_like(grad) for _ in range(WORLD)]
+        dist.all_gather(pieces, grad.contiguous(), group=group)
+        full, ref = torch.cat(pieces, dim=-1).double(), ref_grad.double()
+        grad_err = max(grad_err, float((full - ref).norm() / ref.norm()))
+        loss_err = max(loss_err, abs(float(loss) - float(ref_loss)) / max(abs(float(ref_loss)), 1e-6))
+    return loss, ref_loss, grad_err, loss_err
+
+
 def _run_case(case: dict, rank: int, group, device) -> dict:
     import torch.distributed as dist
 
+    if case.get("reduce_overhead"):
+        options = dict(loss=case["loss"], target_format=case["fmt"])
+        loss, ref_loss, grad_err, loss_err = _reduce_overhead(case, rank, group, device, options)
+        losses = [torch.zeros((), device=device) for _ in range(WORLD)]
+        dist.all_gather(losses, loss.float().reshape(()), group=group)
+        return {"loss": float(loss), "ref_loss": float(ref_loss), "loss_err": loss_err, "grad_err": grad_err,
+                "losses_equal": len({float(v) for v in losses}) == 1}
     logits, target, mask = _inputs(case, len(case["name"]) * 7919 + sum(map(ord, case["name"])), device)
     options = dict(loss=case["loss"], target_format=case["fmt"], loss_mask=mask)
     local_target = target if case["fmt"] == "labels" else _slice(target, rank)
@@ -338,6 +379,7 @@ def test_matches_single_process(job, case):
         assert outcome["losses_equal"], f"the ranks returned different losses ({case['name']})"
         ref = outcome["ref_loss"]
         assert abs(outcome["loss"] - ref) <= tolerance * max(abs(ref), 1e-6), (outcome["loss"], ref)
+        assert outcome.get("loss_err", 0.0) <= tolerance, f"rank {rank}: worst loss rel err {outcome['loss_err']}"
         if "grad_is_none" in outcome:
             assert outcome["grad_is_none"]
         else:
