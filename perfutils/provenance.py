@@ -17,7 +17,8 @@ named by the history's commit whose kernels hash the same, where one does.
 A data file written over several processes (``vocab_sweep.csv``: stages measured again over days) names each
 process in its sidecar's ``sessions``; :func:`row_sessions` finds the process that recorded each row,
 :func:`row_commits` its code, and :func:`rows_code_note` says, row by row, which recorded rows come from today's
-kernel sources and which from other ones.
+kernel sources and which from other ones; :func:`where_rows_ran` says, provider by provider, in which processes and on
+which GPUs the rows were timed (a ratio of two providers is a same-process one only where they shared a process).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from pathlib import Path
 
 from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
 
-__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note", "code_notes", "sessions",
-           "row_sessions", "row_commits", "rows_code_note"]
+__all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note",
+           "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_code_note",
+           "where_rows_ran"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
@@ -290,6 +292,71 @@ def row_commits(df, meta: dict):
         commit = recorded_code(all_sessions[index])[0] if index >= 0 else None
         commits.append(commit[:7] if commit else None)
     return pd.Series(commits, index=df.index, name="code_commit", dtype=object)
+
+
+def session_sources(session: dict, root: Path = REPO_ROOT) -> str | None:
+    """A digest of the kernel sources one process ran (:func:`perfutils.data.metadata.sources_digest`): the sidecar's
+    own ``kernel_sources`` where it recorded one, else its commit's from git's history (``code_commit``, or a
+    ``git_commit`` of a clean tree); None where neither says."""
+    if session.get("kernel_sources"):
+        return str(session["kernel_sources"])
+    commit = session.get("code_commit") or (None if session.get("git_dirty") else session.get("git_commit"))
+    return _commit_sources(str(commit), root) if commit else None
+
+
+@functools.lru_cache(maxsize=256)
+def _commit_sources(commit: str, root: Path) -> str | None:
+    return git_sources_digest(commit, KERNEL_SOURCES, root)
+
+
+def row_kernel_sources(df, folder: Path, root: Path = REPO_ROOT):
+    """For each row of ``df`` (with ``study``, ``variant``, ``tokens`` and ``timestamp_utc`` columns: a model check's
+    frame, say), the digest of the kernel sources its process ran (:func:`session_sources`, through its study's sidecar
+    in ``folder``), None where unknown: rows of equal digests were measured with identical kernels. A pandas Series
+    aligned with ``df``."""
+    import pandas as pd
+
+    from .data.records import load_metadata
+
+    out = pd.Series([None] * len(df), index=df.index, dtype=object)
+    for study, part in df.groupby("study"):
+        path = Path(folder) / f"{study}.csv"
+        if not path.is_file():
+            continue
+        meta = load_metadata(path)
+        all_sessions = sessions(meta)
+        index = row_sessions(part, meta)
+        out[part.index] = [session_sources(all_sessions[i], root) if i >= 0 else None for i in index]
+    return out
+
+
+def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
+    """One line per value of ``by`` (a provider): how many of ``df``'s rows, recorded on which days, in how many
+    processes, on which GPUs (the sidecar sessions' ``gpu_uuid``, first 8 characters) and with which code; then whether
+    any two of them shared a process or a GPU. A comparison across processes or machines is then said to be one."""
+    index = row_sessions(df, meta)
+    all_sessions = sessions(meta)
+    stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
+    lines, used = [], {}
+    for value in sorted(set(df[by])):
+        rows = (df[by] == value).to_numpy()
+        found = sorted({int(i) for i in index[rows] if i >= 0})
+        gpus = sorted({str(all_sessions[i].get("gpu_uuid") or "?")[:8] for i in found})
+        commits = sorted({str(all_sessions[i].get("code_commit") or all_sessions[i].get("git_commit") or "?")[:7]
+                          for i in found})
+        used[value] = (set(found), set(gpus))
+        days = _days([s for s, r in zip(stamps, rows) if r])
+        unknown = int((index[rows] < 0).sum())
+        lines.append(f"{value}: {int(rows.sum())} rows, {days or 'undated'}, {len(found)} "
+                     f"process{'es' if len(found) != 1 else ''} on GPU {', '.join(gpus) or '?'} "
+                     f"(code {', '.join(commits) or '?'})" + (f"; {unknown} rows without a session" if unknown else ""))
+    names = sorted(used)
+    shared = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if used[a][0] & used[b][0]]
+    same_gpu = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if used[a][1] & used[b][1]]
+    if len(names) > 1:
+        lines.append("Timed in one process: " + (", ".join(f"{a} with {b}" for a, b in shared) or "no two of them")
+                     + "; on one GPU: " + (", ".join(f"{a} with {b}" for a, b in same_gpu) or "no two of them") + ".")
+    return lines
 
 
 def _days(stamps) -> str:

@@ -106,3 +106,18 @@ def test_the_two_gpu_sentence_compares_measured_and_predicted_gains():
     text = speedup_reading(a, b, ("old", "new"))
     assert "3 configurations" in text and "1.10x" in text and "1.40x" in text
     assert "No configuration" in speedup_reading(a, b.assign(config_key=list("xyz")))
+
+
+def test_the_two_gpu_sentence_compares_like_with_like_where_it_can():
+    """With each row's kernel sources: only the pairs of identical sources count, and the others are named; where
+    none is identical, all pairs count and the sentence says the ratio holds the code's changes too."""
+    a = pd.DataFrame({"study": ["s"] * 3, "config_key": list("abc"), "measured_ms": [2.0, 4.0, 6.0],
+                      "predicted_ms": [2.0, 4.0, 6.0], "kernels": ["k1", "k1", None]})
+    b = a.assign(measured_ms=[2.0 / 1.1, 4.0 / 3.0, 6.0 / 3.0], predicted_ms=a["predicted_ms"] / 1.4,
+                 kernels=["k1", "k2", "k1"])
+    text = speedup_reading(a, b, ("old", "new"))
+    assert text.startswith("On the 1 configurations recorded on both GPUs with identical kernel sources on both")
+    assert "1 ran different kernel sources" in text and "1 ran sources the history cannot tell" in text
+    assert "1.10x" in text and "1.40x" in text
+    mixed = speedup_reading(a, b.assign(kernels=["k2", "k2", "k2"]), ("old", "new"))
+    assert "On the 3 configurations" in mixed and "none is known" in mixed and "3.00x" in mixed

@@ -3,12 +3,14 @@ repository with a kernels/ folder stands for the project's history)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pandas as pd
 import pytest
 
 from perfutils import provenance
+from perfutils.data.metadata import KERNEL_SOURCES, git_sources_digest
 
 
 def git(root, *args) -> str:
@@ -59,6 +61,35 @@ def rows() -> pd.DataFrame:
 def with_commits(meta: dict, old: str, new: str) -> dict:
     text = repr(meta).replace("'OLD'", repr(old)).replace("'NEW'", repr(new))
     return eval(text)  # noqa: S307 (a literal built above)
+
+
+def test_where_rows_ran_names_each_providers_processes_and_gpus():
+    """Per provider: its rows, days, processes, GPUs and code; then which providers shared a process or a GPU."""
+    meta = sidecar()
+    meta["gpu_uuid"] = "aaaaaaaa-1111"
+    meta["sessions"][0]["gpu_uuid"] = "aaaaaaaa-1111"  # the peers' stage: the first process's GPU
+    meta["sessions"][1]["gpu_uuid"] = "bbbbbbbb-2222"
+    lines = provenance.where_rows_ran(rows(), meta)
+    assert lines[0] == "fast_llm: 1 rows, 2026-11-23, 1 process on GPU aaaaaaaa (code OLD)"
+    assert lines[1] == ("public: 4 rows, 2026-11-23 to 2026-11-27, 2 processes on GPU aaaaaaaa, bbbbbbbb "
+                        "(code NEW, OLD); 1 rows without a session")
+    assert lines[2] == "Timed in one process: no two of them; on one GPU: fast_llm with public."
+
+
+def test_row_kernel_sources_names_the_kernels_each_row_ran(tmp_path, history):
+    """Through its study's sidecar: a session's recorded digest wins, else its commit's sources; a dirty tree's
+    git_commit and a row without a session give None."""
+    root, old, new = history
+    meta = with_commits(sidecar(), old, new)
+    meta["sessions"][0]["kernel_sources"] = "recorded-digest"
+    meta["git_dirty"] = True
+    meta["code_commit"] = None
+    meta["git_commit"] = old
+    (tmp_path / "vocab_sweep.csv").write_text("x\n")
+    (tmp_path / "vocab_sweep.json").write_text(json.dumps(meta))
+    frame = rows().assign(study="vocab_sweep")
+    got = provenance.row_kernel_sources(frame, tmp_path, root=root).tolist()
+    assert got == [None, None, "recorded-digest", git_sources_digest(new, KERNEL_SOURCES, root), None]
 
 
 def test_rows_find_the_process_that_recorded_them():

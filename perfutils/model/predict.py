@@ -830,11 +830,15 @@ def half_of(config_key: str) -> int:
 
 
 def _measured(folder: Path, studies=None) -> dict:
+    """(study, config_key) -> [(median ms, the row's UTC time or None)], in the records' order."""
     out = {}
     for study in _studies(studies):
         frame = _read_rows(folder, study)
-        for r in frame[["study", "config_key", "ms_median"]].itertuples(index=False) if not frame.empty else ():
-            out.setdefault((r.study, r.config_key), []).append(r.ms_median)
+        if frame.empty:
+            continue
+        stamps = frame["timestamp_utc"] if "timestamp_utc" in frame else [None] * len(frame)
+        for study_name, key, ms, stamp in zip(frame["study"], frame["config_key"], frame["ms_median"], stamps):
+            out.setdefault((study_name, key), []).append((ms, stamp if isinstance(stamp, str) else None))
     return out
 
 
@@ -853,8 +857,8 @@ def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None, c
         seen[key] = i + 1
         times = measured.get(key, [])
         pred = predict(cfg, gpu, constants)
-        rows.append({"study": cfg.study, "config_key": cfg.config_key,
-                     "measured_ms": times[i] if i < len(times) else math.nan,
+        ms, stamp = times[i] if i < len(times) else (math.nan, None)
+        rows.append({"study": cfg.study, "config_key": cfg.config_key, "measured_ms": ms, "timestamp_utc": stamp,
                      "predicted_ms": pred.ms, "bound": pred.bound, "loss": cfg.loss, "variant": cfg.variant,
                      "tokens": cfg.tokens, "vocab": cfg.vocab, "half": half_of(cfg.config_key),
                      **{f"{n}_ms": v for n, v in pred.breakdown.items()}})

@@ -398,16 +398,34 @@ def plot_what_if_registers(frame: pd.DataFrame, *, measured: tuple[int, float] |
 def speedup_reading(first: pd.DataFrame, second: pd.DataFrame, labels=("H100", "H200")) -> str:
     """One sentence: on the configurations both GPUs ran (same study and key, two :func:`~perfutils.model.predict.
     check` frames), how much faster the second was measured and predicted (medians of the time ratios). A measured
-    gain well under the predicted one says the second GPU's extra bandwidth is not what those kernels wait for."""
+    gain well under the predicted one says the second GPU's extra bandwidth is not what those kernels wait for.
+    Frames with a ``kernels`` column (:func:`perfutils.provenance.row_kernel_sources`) are compared like with like:
+    only the pairs whose two rows ran identical kernel sources, and the sentence says how many others there were;
+    where no pair did, all pairs, and the sentence says that the ratio holds the code's changes too."""
     check_frame(first, ("study", "config_key", "measured_ms", "predicted_ms"), "first")
     check_frame(second, ("study", "config_key", "measured_ms", "predicted_ms"), "second")
     both = first.merge(second, on=["study", "config_key"], suffixes=("_a", "_b"))
     both = both[both["measured_ms_a"].notna() & both["measured_ms_b"].notna()]
     if both.empty:
         return f"No configuration was recorded on both the {labels[0]} and the {labels[1]}."
+    aside = ""
+    if "kernels_a" in both and "kernels_b" in both:
+        same = both["kernels_a"].notna() & (both["kernels_a"] == both["kernels_b"])
+        known = both["kernels_a"].notna() & both["kernels_b"].notna()
+        other, unknown = int((known & ~same).sum()), int((~known).sum())
+        parts = [f"{other} ran different kernel sources on the two GPUs" if other else "",
+                 f"{unknown} ran sources the history cannot tell" if unknown else ""]
+        parts = " and ".join(p for p in parts if p)
+        if not same.any():  # no like-for-like pair: the ratio of them all, said to mix code with GPU
+            aside = (f" (none is known to have run identical kernel sources on both: {parts}, so the ratio holds "
+                     "the code's changes as well as the GPUs')")
+        else:
+            aside = f" with identical kernel sources on both (left out: {parts})" if parts else (
+                " with identical kernel sources on both")
+            both = both[same]
     measured = float((both["measured_ms_a"] / both["measured_ms_b"]).median())
     predicted = float((both["predicted_ms_a"] / both["predicted_ms_b"]).median())
-    return (f"On the {len(both)} configurations recorded on both GPUs, the {labels[1]} ran a median "
+    return (f"On the {len(both)} configurations recorded on both GPUs{aside}, the {labels[1]} ran a median "
             f"{measured:.2f}x as fast as the {labels[0]}; the model, from the two GPUs' ceilings, predicts "
             f"{predicted:.2f}x.")
 
