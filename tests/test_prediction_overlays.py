@@ -18,7 +18,7 @@ from perfutils.model import predict  # noqa: E402
 from perfutils.model.roofline import ceilings_from_records  # noqa: E402
 from perfutils.plots import prediction_overlays as po  # noqa: E402
 from perfutils.plots import roofline as prf  # noqa: E402
-from perfutils.plots.prediction import speedup_reading  # noqa: E402
+from perfutils.plots.prediction import counts_reading, speedup_reading  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
 
@@ -121,3 +121,23 @@ def test_the_two_gpu_sentence_compares_like_with_like_where_it_can():
     assert "1.10x" in text and "1.40x" in text
     mixed = speedup_reading(a, b.assign(kernels=["k2", "k2", "k2"]), ("old", "new"))
     assert "On the 3 configurations" in mixed and "none is known" in mixed and "3.00x" in mixed
+
+
+def test_the_counts_sentence_says_which_rows_ran_the_counted_kernels():
+    frame = pd.DataFrame({"counted_kernels": ["", "k1", "k1", "k1", None], "kernels": ["k1", "k1", "k2", None, "k1"]})
+    assert counts_reading(frame) == ("4 of the 5 configurations take a lagged step counted offline: 1 ran the kernel "
+                                     "sources their counts were compiled from, 1 ran other sources (their counts are "
+                                     "of other kernels), 1 ran sources the history cannot tell, 1 have counts that "
+                                     "name no sources.")
+    unnamed = frame.assign(counted_kernels=["", None, None, None, None])
+    assert counts_reading(unnamed).endswith("the counts name no kernel sources (counted before the counts file "
+                                            "recorded them).")
+    assert counts_reading(frame.assign(counted_kernels="")).startswith("None of the 5")
+
+
+def test_check_names_the_kernels_a_counted_step_came_from():
+    """The H200's counts file records the kernel sources each count compiled; a row without a counted step says ""."""
+    frame = predict.check(DATA.parent / "h200")
+    counted = frame[frame["counted_kernels"] != ""]
+    assert len(counted) and counted["counted_kernels"].notna().all()
+    assert frame["timestamp_utc"].notna().any()

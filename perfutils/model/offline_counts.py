@@ -178,10 +178,14 @@ def lagged_step_keys(folder) -> list[tuple]:
 
 def write_step_counts(folder, log=print) -> Path:
     """Count the step of every key the folder's records need that its counts file lacks (a key that does not compile
-    is a row with status "error") and write the file with its sidecar; rows already there are kept."""
+    is a row with status "error") and write the file with its sidecar; rows already there are kept, so a file's rows
+    may count different versions of the kernels: each names the one it counted (``kernel_sources``, the digest of
+    :func:`perfutils.data.metadata.sources_digest`; empty in rows counted before it was recorded). After a kernel
+    change, remove the file to count every key again."""
     from ..data import metadata, store
     from ..data.schema import utc_now
 
+    sources = metadata.sources_digest()  # the kernels these compiles import: a row counts this version of them
     path = step_counts.counts_path(folder)
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=step_counts.KEY_COLUMNS)
     have = {step_counts.normal_key(r) for r in old[list(step_counts.KEY_COLUMNS)].itertuples(index=False, name=None)}
@@ -197,6 +201,7 @@ def write_step_counts(folder, log=print) -> Path:
             row.update(status="error", error=error_text(error, 300))
         row["compile_s"] = round(time.perf_counter() - started, 1)
         row["counted_utc"] = utc_now()
+        row["kernel_sources"] = sources
         log(f"{key}: {row.get('step', row.get('error'))}")
         rows.append(row)
     if not rows and path.is_file():

@@ -55,7 +55,7 @@ from kernels.occupancy import occupancy_of_counts
 
 from .roofline import LOSS_COUNTS, Ceilings, ceilings_from_records, loss_cost
 from .spill_counts import load_spill_counts, offline_file, resident_stack_bytes, spill_key
-from .step_counts import load_step_counts, step_key
+from .step_counts import load_counted_sources, load_step_counts, step_key
 
 BOUNDS = ("dram", "latency", "waves", "l2", "issue", "mufu", "spills", "host", "launch")
 
@@ -842,13 +842,26 @@ def _measured(folder: Path, studies=None) -> dict:
     return out
 
 
+def _counted_kernels(cfg: LaunchConfig, counted_sources: dict) -> str | None:
+    """The kernel sources the configuration's counted steps were compiled from ("" for a configuration without a
+    counted step; None where its counts name none, or name several)."""
+    keys = [p.step_key for p in cfg.passes if p.step_key and p.instructions_per_step]
+    if not keys:
+        return ""
+    found = {counted_sources.get(key) for key in keys}
+    return found.pop() if len(found) == 1 else None
+
+
 def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None, configs=None) -> pd.DataFrame:
     """One row per modellable recorded configuration (of ``studies``, all by default; ``configs``: those
-    :func:`load_configurations` already gave, in its order): the measured and predicted times, the bound, the terms."""
+    :func:`load_configurations` already gave, in its order): the measured and predicted times, the bound, the terms,
+    the row's ``timestamp_utc`` and ``counted_kernels`` (:func:`_counted_kernels`: which kernel sources a counted step
+    came from, to set beside the ones the row ran, :func:`perfutils.provenance.row_kernel_sources`)."""
     folder = Path(folder)
     gpu = gpu_from_folder(folder)
     configs = load_configurations(folder, gpu, studies) if configs is None else configs
     measured = _measured(folder, studies)
+    counted_sources = load_counted_sources(folder)
     seen: dict = {}
     rows = []
     for cfg in configs:
@@ -861,6 +874,7 @@ def check(folder, constants: ModelConstants = DEFAULT_CONSTANTS, studies=None, c
         rows.append({"study": cfg.study, "config_key": cfg.config_key, "measured_ms": ms, "timestamp_utc": stamp,
                      "predicted_ms": pred.ms, "bound": pred.bound, "loss": cfg.loss, "variant": cfg.variant,
                      "tokens": cfg.tokens, "vocab": cfg.vocab, "half": half_of(cfg.config_key),
+                     "counted_kernels": _counted_kernels(cfg, counted_sources),
                      **{f"{n}_ms": v for n, v in pred.breakdown.items()}})
     frame = pd.DataFrame(rows)
     if not frame.empty:

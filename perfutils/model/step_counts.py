@@ -53,6 +53,20 @@ def normal_key(key) -> tuple:
                      "fast_math": key[9] not in (False, "False", 0)})
 
 
+def load_counted_sources(folder) -> dict[tuple, str]:
+    """``{key: the digest of the kernel sources its count compiled}`` (``kernel_sources``; keys counted before the
+    column was recorded are left out)."""
+    path = counts_path(folder)
+    if not path.is_file():
+        return {}
+    frame = pd.read_csv(path)
+    if "kernel_sources" not in frame:
+        return {}
+    frame = frame[(frame["status"] == "ok") & frame["kernel_sources"].notna()]
+    return {normal_key(tuple(r[:-1])): str(r[-1])
+            for r in frame[[*KEY_COLUMNS, "kernel_sources"]].itertuples(index=False, name=None)}
+
+
 def load_step_counts(folder) -> dict[tuple, float]:
     """``{key: a thread's instructions a step}`` of the folder's counts file (empty without one)."""
     path = counts_path(folder)

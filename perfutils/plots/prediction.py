@@ -395,6 +395,28 @@ def plot_what_if_registers(frame: pd.DataFrame, *, measured: tuple[int, float] |
     return fig
 
 
+def counts_reading(frame: pd.DataFrame) -> str:
+    """One sentence on a check frame with ``counted_kernels`` and ``kernels`` columns (:func:`~perfutils.model.
+    predict.check`, :func:`perfutils.provenance.row_kernel_sources`): how many configurations take a step counted
+    offline, and how many of those ran the kernel sources their counts were compiled from."""
+    check_frame(frame, ("counted_kernels", "kernels"), "frame")
+    counted = frame[frame["counted_kernels"] != ""]
+    if counted.empty:
+        return f"None of the {len(frame)} configurations takes a step counted offline."
+    named = counted["counted_kernels"].notna()
+    start = f"{len(counted)} of the {len(frame)} configurations take a lagged step counted offline"
+    if not named.any():
+        return start + "; the counts name no kernel sources (counted before the counts file recorded them)."
+    same = named & (counted["counted_kernels"] == counted["kernels"])
+    other = named & counted["kernels"].notna() & ~same
+    unknown = named & counted["kernels"].isna()
+    parts = [f"{int(same.sum())} ran the kernel sources their counts were compiled from",
+             f"{int(other.sum())} ran other sources (their counts are of other kernels)" if other.any() else "",
+             f"{int(unknown.sum())} ran sources the history cannot tell" if unknown.any() else "",
+             f"{int((~named).sum())} have counts that name no sources" if (~named).any() else ""]
+    return start + ": " + ", ".join(p for p in parts if p) + "."
+
+
 def speedup_reading(first: pd.DataFrame, second: pd.DataFrame, labels=("H100", "H200")) -> str:
     """One sentence: on the configurations both GPUs ran (same study and key, two :func:`~perfutils.model.predict.
     check` frames), how much faster the second was measured and predicted (medians of the time ratios). A measured
