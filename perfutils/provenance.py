@@ -341,7 +341,7 @@ def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
     for value in sorted(set(df[by])):
         rows = (df[by] == value).to_numpy()
         found = sorted({int(i) for i in index[rows] if i >= 0})
-        gpus = sorted({str(all_sessions[i].get("gpu_uuid") or "?")[:8] for i in found})
+        gpus = sorted({str(all_sessions[i]["gpu_uuid"])[:8] for i in found if all_sessions[i].get("gpu_uuid")})
         commits = sorted({str(all_sessions[i].get("code_commit") or all_sessions[i].get("git_commit") or "?")[:7]
                           for i in found})
         used[value] = (set(found), set(gpus))
