@@ -745,3 +745,16 @@ def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floor
     assert "entered per step | 150 |" in text
     assert "| PyTorch's floor: Function handing back an allocated gradient, apply + .backward() in " \
            "set\\_multithreading\\_enabled(False) | 51.0 |" in text  # Markdown-escaped underscores
+
+
+def test_the_table_says_which_providers_shared_a_process_and_a_gpu():
+    """The H200's public call was measured again on its own (2026-11-29): the line says it shared neither a process
+    nor a GPU with a peer, where Fast-LLM and Liger did with each other."""
+    from perfutils.plots.summary import timed_apart_line
+
+    path = Path(__file__).resolve().parent.parent / "data" / "h200" / "vocab_sweep.csv"
+    df = load_records(path)
+    line = timed_apart_line(df, df.attrs["metadata"], 4096)
+    assert line.startswith("At 4096 tokens, timed in one process: fast_llm with liger; on one GPU: fast_llm with liger")
+    assert "public with" not in line and "with public" not in line
+    assert timed_apart_line(df[df["variant"] == "public"], df.attrs["metadata"], 4096) is None

@@ -35,7 +35,7 @@ def benchmark_table(gpu_dir: Path, tokens: int = 4096) -> str:
     every_shape = best_per_group(df, by=("loss", "target_format", "tokens", "vocab", "variant"))
     best = every_shape[every_shape["tokens"] == tokens]
     lines = [
-        f"| loss × vocab | torch.compile | fused | two_pass | split_row | auto | % of copy (auto) | floor | target |",
+        "| loss × vocab | torch.compile | fused | two_pass | split_row | auto | % of copy (auto) | floor | target |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     copy = meta.get("copy_gbps")
@@ -155,7 +155,7 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
               + (f", copy bandwidth {copy:.0f} GB/s" if copy else "")
               + f"; recorded {_dates(df)} (data/{gpu_dir.name}/vocab_sweep.csv). Host µs: wall-clock per call "
               "on 8 rows, calls back to back; syncs: device-to-host synchronizations per call at the shape.")
-    lines = [source]
+    lines = [source, *filter(None, [timed_apart_line(df, meta, tokens, dtype)])]
     if not grid:
         return lines
     worst = worst_cells(df, dtype=dtype)
@@ -176,6 +176,20 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
     if quack:
         lines.append(quack)
     return lines
+
+
+def timed_apart_line(df, meta: dict, tokens: int, dtype: str = "bf16") -> str | None:
+    """Which providers of the table's token count shared a process, and which a GPU (the sidecar's sessions,
+    :func:`perfutils.provenance.where_rows_ran`): a ratio of two providers that shared neither carries the spread of
+    two machines and two moments."""
+    from ..provenance import where_rows_ran
+
+    rows = df[(df["status"] == "ok") & (df["tokens"] == tokens) & (df["dtype"] == dtype)]
+    if rows["variant"].nunique() < 2:
+        return None
+    shared = where_rows_ran(rows, meta)[-1].rstrip(".")  # "Timed in one process: ...; on one GPU: ..."
+    return (f"At {tokens} tokens, {shared[0].lower()}{shared[1:]} (each provider's processes, GPUs and code: "
+            "perfutils.provenance.where_rows_ran over the sidecar's sessions).")
 
 
 def quack_line(df, gpu_dir: Path, dtype: str = "bf16") -> str | None:
