@@ -32,8 +32,8 @@ from pathlib import Path
 from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
 
 __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note",
-           "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_code_note",
-           "where_rows_ran"]
+           "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_sources",
+           "rows_code_note", "where_rows_ran"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
@@ -321,13 +321,19 @@ def row_kernel_sources(df, folder: Path, root: Path = REPO_ROOT):
     out = pd.Series([None] * len(df), index=df.index, dtype=object)
     for study, part in df.groupby("study"):
         path = Path(folder) / f"{study}.csv"
-        if not path.is_file():
-            continue
-        meta = load_metadata(path)
-        all_sessions = sessions(meta)
-        index = row_sessions(part, meta)
-        out[part.index] = [session_sources(all_sessions[i], root) if i >= 0 else None for i in index]
+        if path.is_file():
+            out[part.index] = rows_sources(part, load_metadata(path), root)
     return out
+
+
+def rows_sources(df, meta: dict, root: Path = REPO_ROOT):
+    """For each row of ``df`` (``variant``, ``tokens``, ``timestamp_utc``) of the data file whose sidecar is ``meta``,
+    the digest of the kernel sources its process ran (:func:`session_sources`), None where unknown."""
+    import pandas as pd
+
+    all_sessions = sessions(meta)
+    return pd.Series([session_sources(all_sessions[i], root) if i >= 0 else None for i in row_sessions(df, meta)],
+                     index=df.index, dtype=object)
 
 
 def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:

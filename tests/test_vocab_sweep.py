@@ -758,3 +758,18 @@ def test_the_table_says_which_providers_shared_a_process_and_a_gpu():
     assert line.startswith("At 4096 tokens, timed in one process: fast_llm with liger; on one GPU: fast_llm with liger")
     assert "public with" not in line and "with public" not in line
     assert timed_apart_line(df[df["variant"] == "public"], df.attrs["metadata"], 4096) is None
+
+
+def test_the_two_gpu_sentence_says_when_the_cells_ran_other_kernels():
+    """The H200's public rows (today's kernels) beside the H100's (older ones): the sentence says the comparison holds
+    the code's changes; without sidecars every cell's sources are unknown; with one recorded digest on both, none."""
+    from perfutils.plots.vocab_sweep import gpu_comparison_line
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    h100, h200 = (load_records(data / gpu / "vocab_sweep.csv") for gpu in ("h100-sxm-80gb", "h200"))
+    assert "holds the code's changes as well as the GPUs'" in gpu_comparison_line(h100, h200)
+    bare = gpu_comparison_line(pd.DataFrame(h100), pd.DataFrame(h200))  # a copy without attrs: no sidecar
+    assert "0 ran identical kernel sources on both GPUs, 0 different ones and 68 sources the history cannot" in bare
+    same = {"kernel_sources": "one-digest", "timestamp_utc": "2000-01-01T00:00:00Z"}
+    h100.attrs["metadata"], h200.attrs["metadata"] = dict(same), dict(same)
+    assert "kernel sources" not in gpu_comparison_line(h100, h200)

@@ -352,13 +352,21 @@ def autograd_line(ratios: pd.DataFrame) -> str | None:
 
 def gpu_comparison_line(df: pd.DataFrame, other: pd.DataFrame, *, dtype: str = "bf16") -> str | None:
     """One sentence on the public call on ``other``'s GPU against ``df``'s at the cells both recorded: against the
-    fastest peer measured there (``other``'s own peers), and its % of copy against ``df``'s. None without a shared
-    cell."""
+    fastest peer measured there (``other``'s own peers), and its % of copy against ``df``'s; where the two rows of a
+    cell ran different (or unknown) kernel sources (the sidecars in ``attrs["metadata"]``), how many. None without a
+    shared cell."""
+    from ..provenance import rows_sources
+
     keys = ["loss_label", "tokens", "vocab"]
     mine, theirs = measured(df, dtype=dtype), measured(other, dtype=dtype)
-    here = mine[mine["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)["pct_of_copy"]
-    there = theirs[theirs["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)["pct_of_copy"]
-    both = pd.concat([here.rename("here"), there.rename("there")], axis=1, join="inner")
+    here = mine[mine["provider"] == "public"].drop_duplicates(keys, keep="last")
+    there = theirs[theirs["provider"] == "public"].drop_duplicates(keys, keep="last")
+    # like with like: the kernel sources each row ran (where a sidecar, in attrs as load_records leaves it, says)
+    here = here.assign(kernels=rows_sources(here, df.attrs.get("metadata") or {}))
+    there = there.assign(kernels=rows_sources(there, other.attrs.get("metadata") or {}))
+    both = pd.concat([here.set_index(keys)[["pct_of_copy", "kernels"]].add_suffix("_here"),
+                      there.set_index(keys)[["pct_of_copy", "kernels"]].add_suffix("_there")], axis=1, join="inner")
+    both = both.rename(columns={"pct_of_copy_here": "here", "pct_of_copy_there": "there"})
     if both.empty:
         return None
     gpu, other_gpu = mine["gpu_name"].iloc[0], theirs["gpu_name"].iloc[0]
@@ -377,6 +385,12 @@ def gpu_comparison_line(df: pd.DataFrame, other: pd.DataFrame, *, dtype: str = "
         text += (f". On the {other_gpu} it is {verdict} {worst['cells']} cells with a peer (at most "
                  f"{worst['ratio']:.2f}× the best peer's time: {worst['loss_label']} {worst['tokens']} × "
                  f"{worst['vocab']})")
+    same = both["kernels_here"].notna() & (both["kernels_here"] == both["kernels_there"])
+    if not same.all():
+        known = both["kernels_here"].notna() & both["kernels_there"].notna()
+        text += (f". Of those {len(both)} cells, {int(same.sum())} ran identical kernel sources on both GPUs, "
+                 f"{int((known & ~same).sum())} different ones and {int((~known).sum())} sources the history cannot "
+                 "tell: the comparison holds the code's changes as well as the GPUs'")
     return text + "."
 
 
