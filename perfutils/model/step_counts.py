@@ -14,7 +14,9 @@ This module reads the file (the keys, the counts); :mod:`perfutils.model.offline
 
 A key is what decides the kernel's code: the loss, the logits' dtype, the vocabulary (its chunks, and whether rows are
 16-byte aligned), the chunk, the warps and the lagged kernel's options. The counts are the same for every GPU of
-sm_90; each folder keeps the keys its own records need.
+sm_90; each folder keeps the keys its own records need. A key's code also depends on the version of the kernels:
+each row names the kernel sources it compiled (``kernel_sources``, :func:`load_counted_sources`), so that a page can
+say which recorded rows ran the kernels their counts are of.
 """
 
 from __future__ import annotations
