@@ -33,7 +33,7 @@ from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
 
 __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note",
            "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_sources",
-           "rows_code_note", "where_rows_ran"]
+           "rows_code_note", "shared_runs", "source_match", "where_rows_ran"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
@@ -336,32 +336,66 @@ def rows_sources(df, meta: dict, root: Path = REPO_ROOT):
                      index=df.index, dtype=object)
 
 
-def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
-    """One line per value of ``by`` (a provider): how many of ``df``'s rows, recorded on which days, in how many
-    processes, on which GPUs (the sidecar sessions' ``gpu_uuid``, first 8 characters) and with which code; then whether
-    any two of them shared a process or a GPU. A comparison across processes or machines is then said to be one."""
-    index = row_sessions(df, meta)
+def source_match(a, b):
+    """Over two aligned Series of kernel-source digests (:func:`rows_sources`): (same, different, unknown), three
+    boolean Series: both known and equal, both known and not, either unknown."""
+    known = a.notna() & b.notna()
+    same = known & (a == b)
+    return same, known & ~same, ~known
+
+
+def _provider_runs(df, meta: dict, by: str, index) -> dict:
+    """Per value of ``by``: (its row mask, the sessions that recorded its rows, their GPUs' UUIDs, first 8
+    characters); ``index``: :func:`row_sessions` of ``df``."""
     all_sessions = sessions(meta)
-    stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
-    lines, used = [], {}
+    runs = {}
     for value in sorted(set(df[by])):
         rows = (df[by] == value).to_numpy()
         found = sorted({int(i) for i in index[rows] if i >= 0})
-        gpus = sorted({str(all_sessions[i]["gpu_uuid"])[:8] for i in found if all_sessions[i].get("gpu_uuid")})
+        gpus = {str(all_sessions[i]["gpu_uuid"])[:8] for i in found if all_sessions[i].get("gpu_uuid")}
+        runs[value] = (rows, found, gpus)
+    return runs
+
+
+def shared_runs(df, meta: dict, by: str = "variant") -> str | None:
+    """"timed in one process: a with b, ...; on one GPU: ..." for the values of ``by`` (providers) that shared a
+    process or a GPU; None with fewer than two."""
+    return _shared(_provider_runs(df, meta, by, row_sessions(df, meta)))
+
+
+def _shared(runs: dict) -> str | None:
+    names = list(runs)
+    if len(names) < 2:
+        return None
+
+    def pairs(part: int) -> str:  # part 1: the sessions, part 2: the GPUs
+        found = [f"{a} with {b}" for i, a in enumerate(names) for b in names[i + 1:]
+                 if set(runs[a][part]) & set(runs[b][part])]
+        return ", ".join(found) or "no two of them"
+
+    return f"timed in one process: {pairs(1)}; on one GPU: {pairs(2)}"
+
+
+def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
+    """One line per value of ``by`` (a provider): how many of ``df``'s rows, recorded on which days, in how many
+    processes, on which GPUs (the sidecar sessions' ``gpu_uuid``, first 8 characters) and with which code; then
+    :func:`shared_runs`. A comparison across processes or machines is then said to be one."""
+    index = row_sessions(df, meta)
+    all_sessions = sessions(meta)
+    stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
+    lines = []
+    runs = _provider_runs(df, meta, by, index)
+    for value, (rows, found, gpus) in runs.items():
         commits = sorted({str(all_sessions[i].get("code_commit") or all_sessions[i].get("git_commit") or "?")[:7]
                           for i in found})
-        used[value] = (set(found), set(gpus))
         days = _days([s for s, r in zip(stamps, rows) if r])
         unknown = int((index[rows] < 0).sum())
         lines.append(f"{value}: {int(rows.sum())} rows, {days or 'undated'}, {len(found)} "
-                     f"process{'es' if len(found) != 1 else ''} on GPU {', '.join(gpus) or '?'} "
+                     f"process{'es' if len(found) != 1 else ''} on GPU {', '.join(sorted(gpus)) or '?'} "
                      f"(code {', '.join(commits) or '?'})" + (f"; {unknown} rows without a session" if unknown else ""))
-    names = sorted(used)
-    shared = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if used[a][0] & used[b][0]]
-    same_gpu = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if used[a][1] & used[b][1]]
-    if len(names) > 1:
-        lines.append("Timed in one process: " + (", ".join(f"{a} with {b}" for a, b in shared) or "no two of them")
-                     + "; on one GPU: " + (", ".join(f"{a} with {b}" for a, b in same_gpu) or "no two of them") + ".")
+    shared = _shared(runs)
+    if shared:
+        lines.append(f"{shared[0].upper()}{shared[1:]}.")
     return lines
 
 

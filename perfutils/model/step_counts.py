@@ -55,26 +55,25 @@ def normal_key(key) -> tuple:
                      "fast_math": key[9] not in (False, "False", 0)})
 
 
-def load_counted_sources(folder) -> dict[tuple, str]:
-    """``{key: the digest of the kernel sources its count compiled}`` (``kernel_sources``; keys counted before the
-    column was recorded are left out)."""
+def _counted(folder, column: str) -> dict[tuple, object]:
+    """``{key: column}`` over the counts file's compiled rows where ``column`` is recorded (empty without the file or
+    the column)."""
     path = counts_path(folder)
     if not path.is_file():
         return {}
     frame = pd.read_csv(path)
-    if "kernel_sources" not in frame:
+    if column not in frame:
         return {}
-    frame = frame[(frame["status"] == "ok") & frame["kernel_sources"].notna()]
-    return {normal_key(tuple(r[:-1])): str(r[-1])
-            for r in frame[[*KEY_COLUMNS, "kernel_sources"]].itertuples(index=False, name=None)}
+    frame = frame[(frame["status"] == "ok") & frame[column].notna()]
+    return {normal_key(tuple(r[:-1])): r[-1] for r in frame[[*KEY_COLUMNS, column]].itertuples(index=False, name=None)}
+
+
+def load_counted_sources(folder) -> dict[tuple, str]:
+    """``{key: the digest of the kernel sources its count compiled}`` (``kernel_sources``; keys counted before the
+    column was recorded are left out)."""
+    return {key: str(value) for key, value in _counted(folder, "kernel_sources").items()}
 
 
 def load_step_counts(folder) -> dict[tuple, float]:
     """``{key: a thread's instructions a step}`` of the folder's counts file (empty without one)."""
-    path = counts_path(folder)
-    if not path.is_file():
-        return {}
-    frame = pd.read_csv(path)
-    frame = frame[frame["status"] == "ok"]
-    return {normal_key(tuple(r[:-1])): float(r[-1])
-            for r in frame[[*KEY_COLUMNS, "step"]].itertuples(index=False, name=None)}
+    return {key: float(value) for key, value in _counted(folder, "step").items()}

@@ -432,9 +432,10 @@ def speedup_reading(first: pd.DataFrame, second: pd.DataFrame, labels=("H100", "
         return f"No configuration was recorded on both the {labels[0]} and the {labels[1]}."
     aside = ""
     if "kernels_a" in both and "kernels_b" in both:
-        same = both["kernels_a"].notna() & (both["kernels_a"] == both["kernels_b"])
-        known = both["kernels_a"].notna() & both["kernels_b"].notna()
-        other, unknown = int((known & ~same).sum()), int((~known).sum())
+        from ..provenance import source_match
+
+        same, different, unknown = source_match(both["kernels_a"], both["kernels_b"])
+        other, unknown = int(different.sum()), int(unknown.sum())
         parts = [f"{other} ran different kernel sources on the two GPUs" if other else "",
                  f"{unknown} ran sources the history cannot tell" if unknown else ""]
         parts = " and ".join(p for p in parts if p)

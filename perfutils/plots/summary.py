@@ -180,16 +180,13 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
 
 def timed_apart_line(df, meta: dict, tokens: int, dtype: str = "bf16") -> str | None:
     """Which providers of the table's token count shared a process, and which a GPU (the sidecar's sessions,
-    :func:`perfutils.provenance.where_rows_ran`): a ratio of two providers that shared neither carries the spread of
+    :func:`perfutils.provenance.shared_runs`): a ratio of two providers that shared neither carries the spread of
     two machines and two moments."""
-    from ..provenance import where_rows_ran
+    from ..provenance import shared_runs
 
-    rows = df[(df["status"] == "ok") & (df["tokens"] == tokens) & (df["dtype"] == dtype)]
-    if rows["variant"].nunique() < 2:
-        return None
-    shared = where_rows_ran(rows, meta)[-1].rstrip(".")  # "Timed in one process: ...; on one GPU: ..."
-    return (f"At {tokens} tokens, {shared[0].lower()}{shared[1:]} (each provider's processes, GPUs and code: "
-            "perfutils.provenance.where_rows_ran over the sidecar's sessions).")
+    shared = shared_runs(df[(df["status"] == "ok") & (df["tokens"] == tokens) & (df["dtype"] == dtype)], meta)
+    return None if shared is None else (f"At {tokens} tokens, {shared} (each provider's processes, GPUs and code: "
+                                        "perfutils.provenance.where_rows_ran over the sidecar's sessions).")
 
 
 def quack_line(df, gpu_dir: Path, dtype: str = "bf16") -> str | None:

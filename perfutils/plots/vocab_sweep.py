@@ -355,17 +355,19 @@ def gpu_comparison_line(df: pd.DataFrame, other: pd.DataFrame, *, dtype: str = "
     fastest peer measured there (``other``'s own peers), and its % of copy against ``df``'s; where the two rows of a
     cell ran different (or unknown) kernel sources (the sidecars in ``attrs["metadata"]``), how many. None without a
     shared cell."""
-    from ..provenance import rows_sources
+    from ..provenance import rows_sources, source_match
 
     keys = ["loss_label", "tokens", "vocab"]
     mine, theirs = measured(df, dtype=dtype), measured(other, dtype=dtype)
-    here = mine[mine["provider"] == "public"].drop_duplicates(keys, keep="last")
-    there = theirs[theirs["provider"] == "public"].drop_duplicates(keys, keep="last")
-    # like with like: the kernel sources each row ran (where a sidecar, in attrs as load_records leaves it, says)
-    here = here.assign(kernels=rows_sources(here, df.attrs.get("metadata") or {}))
-    there = there.assign(kernels=rows_sources(there, other.attrs.get("metadata") or {}))
-    both = pd.concat([here.set_index(keys)[["pct_of_copy", "kernels"]].add_suffix("_here"),
-                      there.set_index(keys)[["pct_of_copy", "kernels"]].add_suffix("_there")], axis=1, join="inner")
+
+    def public(rows, source):
+        """The public call's % of copy per cell and, like with like, the kernel sources each row ran (through the
+        sidecar that load_records leaves in attrs)."""
+        rows = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last")
+        kernels = rows_sources(rows, source.attrs.get("metadata") or {})
+        return rows.assign(kernels=kernels)[[*keys, "pct_of_copy", "kernels"]]
+
+    both = public(mine, df).merge(public(theirs, other), on=keys, suffixes=("_here", "_there"))
     both = both.rename(columns={"pct_of_copy_here": "here", "pct_of_copy_there": "there"})
     if both.empty:
         return None
@@ -385,11 +387,10 @@ def gpu_comparison_line(df: pd.DataFrame, other: pd.DataFrame, *, dtype: str = "
         text += (f". On the {other_gpu} it is {verdict} {worst['cells']} cells with a peer (at most "
                  f"{worst['ratio']:.2f}× the best peer's time: {worst['loss_label']} {worst['tokens']} × "
                  f"{worst['vocab']})")
-    same = both["kernels_here"].notna() & (both["kernels_here"] == both["kernels_there"])
+    same, different, unknown = source_match(both["kernels_here"], both["kernels_there"])
     if not same.all():
-        known = both["kernels_here"].notna() & both["kernels_there"].notna()
         text += (f". Of those {len(both)} cells, {int(same.sum())} ran identical kernel sources on both GPUs, "
-                 f"{int((known & ~same).sum())} different ones and {int((~known).sum())} sources the history cannot "
+                 f"{int(different.sum())} different ones and {int(unknown.sum())} sources the history cannot "
                  "tell: the comparison holds the code's changes as well as the GPUs'")
     return text + "."
 
