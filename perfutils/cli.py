@@ -30,6 +30,7 @@ STUDIES = {
     "teaching": "perfutils.studies.teaching",
     "profiling": "perfutils.studies.profiling",
     "tensor-parallel": "perfutils.studies.tensor_parallel",
+    "nvlink": "perfutils.studies.nvlink",
     "explorations": "perfutils.studies.explorations",
     "step-counts": "perfutils.model.offline_counts",
 }

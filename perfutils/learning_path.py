@@ -26,7 +26,7 @@ import json
 import math
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -227,8 +227,10 @@ STEPS: tuple[PathStep, ...] = (
                   "predicted as the kernel each rank ran (the row's recorded tile, warps, chunks and grid) on its half "
                   "of each row, plus the exchange (model.with_exchange): the summaries the peer stores into the "
                   "rank's buffer and the rank's polls of it (kernels.vocab_parallel.bytes_per_rank) as L2 traffic at "
-                  "the measured L2 bandwidth; the NVLink stores themselves are not costed (no NVLink rate was "
-                  "measured), and no round trip is (a row's summaries are read LAG steps after they are written)"),
+                  "the measured L2 bandwidth, and the rank's stores into its peer at the rate the exchange's store "
+                  "pattern reached over NVLink (nvlink.csv: python -m perfutils nvlink; model.link_of names the pair "
+                  "it was measured on); no round trip is costed (a row's summaries are read LAG steps after they are "
+                  "written: the sentence compares the two)"),
 )
 
 
@@ -345,11 +347,25 @@ def _model_counts(config, gpu: model.Gpu) -> dict:
             "stack_over_l2": stacks / gpu.l2_bytes}
 
 
+def _link_columns(config, pred, gpu: model.Gpu) -> dict:
+    """A vocab-parallel step's NVLink: the bytes a rank stores into its peer, their time alone at the link's measured
+    rate, the prediction without them, the link's round trip against the time a row's summaries have before they are
+    read (LAG_STEPS predicted steps of the pass that sends them), and where the link was measured."""
+    if pred is None or not config.exchange_link_bytes or gpu.link is None:
+        return {}
+    main = max(config.passes, key=lambda p: p.dram_bytes)
+    return {"link_mb": config.exchange_link_bytes / 1e6, "nvlink_ms": pred.breakdown.get("nvlink", 0.0),
+            "predicted_without_link_ms": model.predict(config, replace(gpu, link=None)).ms,
+            "link_gbps": gpu.link.store_gbps, "round_trip_us": gpu.link.round_trip_ns / 1e3,
+            "lag_us": model.LAG_STEPS * model.step_seconds(main, gpu) * 1e6,
+            "link_measured_on": f"two {gpu.link.gpu_name}s (NV{gpu.link.links}; data/{gpu.link.folder}/nvlink.csv)"}
+
+
 def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
     """One row per (step, side): side ``before``/``after``, the recorded time, the model's predicted time, its
     bound and DRAM/latency terms, the compile counts the row recorded, and the row's source."""
     data_dir = Path(data_dir)
-    gpu = model.gpu_from_folder(data_dir)
+    gpu = replace(model.gpu_from_folder(data_dir), link=model.link_of(data_dir))  # the link: vocab-parallel steps
     cache: dict = {}
     rows = []
     for order, step in enumerate(steps, start=1):
@@ -375,6 +391,7 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
                          "exchange_ms": pred.breakdown.get("exchange", math.nan) if pred else math.nan,
                          "predicted_without_exchange_ms": (model.predict(model.without_exchange(config), gpu).ms
                                                            if pred and config.exchange_l2_bytes else math.nan),
+                         **_link_columns(config, pred, gpu),
                          **_model_counts(config, gpu),
                          "floor_ms": bytes_min / (gpu.ceilings.dram_gbps * 1e9) * 1e3,
                          "source": pick.describe()})
@@ -410,6 +427,13 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     if pd.notna(after.get("exchange_ms")):  # a vocab-parallel step
         text += (f". The exchange's L2 traffic alone would take {after['exchange_ms'] * 1e3:.1f} us; with it the "
                  f"prediction is {after['predicted_ms']:.4f} ms, without it {after['predicted_without_exchange_ms']:.4f} ms")
+    if pd.notna(after.get("nvlink_ms")):  # and its NVLink, measured
+        text += (f". Its stores into the peer, {after['link_mb']:.2f} MB a call, would take "
+                 f"{after['nvlink_ms'] * 1e3:.1f} us alone at the {after['link_gbps']:.0f} GB/s the exchange's store "
+                 f"pattern reached between {after['link_measured_on']}; they overlap the DRAM stream (without them "
+                 f"{after['predicted_without_link_ms']:.4f} ms). A word crosses and comes back in "
+                 f"{after['round_trip_us']:.1f} us, and a row's summaries are read {model.LAG_STEPS} steps "
+                 f"({after['lag_us']:.0f} us predicted) after they are sent, so no wait is costed")
     return shown, text + "."
 
 

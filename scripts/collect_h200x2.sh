@@ -7,13 +7,15 @@
 #   scripts/collect_h200x2.sh tp-smoke  # ~2 minutes: two losses at 4096 x 131072 into /tmp/tp-smoke (not data/),
 #                                       # to see that everything runs before the full grid
 #   scripts/collect_h200x2.sh tp-tests  # the vocab-parallel tests on the two GPUs (NCCL, compiled kernels)
+#   scripts/collect_h200x2.sh nvlink    # ~30 s: the NVLink between the two GPUs as the exchange uses it (bulk copies,
+#                                       # the exchange's stores, a word's round trip) -> data/<gpu-slug>/nvlink.csv
 # NVLink multicast stays off, for this shell and every process it starts (it can put a shared host's GPUs out of
 # service): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-stage="${1:?stage: tp | tp-smoke | tp-tests}"
+stage="${1:?stage: tp | tp-smoke | tp-tests | nvlink}"
 case "$stage" in
   tp)
     args=(--out data --budget-s "${BUDGET_S:-360}")
@@ -30,5 +32,6 @@ case "$stage" in
     mkdir -p "$(dirname "$log")"
     { nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'nccl', torch.cuda.nccl.version())"
       timeout 540 python3 -m pytest tests/test_vocab_parallel.py -q -rs -p no:cacheprovider 2>&1; } | tee "$log" ;;
+  nvlink) python3 -m perfutils nvlink --out data ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

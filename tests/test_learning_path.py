@@ -362,6 +362,11 @@ def test_the_tp_step_predicts_the_ranks_kernel_with_its_exchange():
     assert after["block_size"] == 4096 and after["resident"] == 9  # the recorded config: 1188 programs on 132 SMs
     assert math.isnan(before["exchange_ms"])
     assert "exchange" in lp.step_summary(frame, "tp")[1]
+    # Its stores into the peer at the link measured between two H200s, the H100 pair's NV18 (data/h200/nvlink.csv):
+    # costed, and the round trip set against the time a row's summaries have before they are read.
+    assert after["nvlink_ms"] > 0 and after["predicted_ms"] >= after["predicted_without_link_ms"]
+    assert after["lag_us"] > after["round_trip_us"] > 0 and "data/h200/nvlink.csv" in after["link_measured_on"]
+    assert "comes back in" in lp.step_summary(frame, "tp")[1]
 
 
 def test_every_steps_key_lines_are_in_todays_source():

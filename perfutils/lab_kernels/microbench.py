@@ -7,6 +7,9 @@ l2_read_kernel     re-read a buffer that fits in L2 ``passes`` times inside one 
                    program reads moves every pass so no load can be hoisted
 fma_kernel         four independent FMA chains per element in registers (FMA = 2 flops)
 exp2_kernel        four independent ``exp2`` chains per element (MUFU.EX2 throughput)
+copy_to_kernel     ``copy_kernel`` whose destination is an address read from a table (a peer GPU's buffer)
+summary_words      the vocab-parallel exchange's stores alone: 8-byte words at the addresses its ``publish`` uses
+ping_pong_kernel   one word bounced between two processes' buffers: the round trip of a store and a poll
 =================  ==========================================================================
 
 Each kernel has a ``launch_*`` helper that checks its arguments; they work on GPU tensors, and on CPU
@@ -21,9 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["copy_kernel", "read_sum_kernel", "l2_read_kernel", "fma_kernel", "exp2_kernel", "FMA_CHAINS",
-           "launch_copy", "read_sum_programs", "launch_read_sum", "launch_l2_read", "launch_fma", "launch_exp2",
-           "check_positive_int"]
+__all__ = ["copy_kernel", "read_sum_kernel", "l2_read_kernel", "fma_kernel", "exp2_kernel", "copy_to_kernel",
+           "summary_words_kernel", "ping_pong_kernel", "FMA_CHAINS", "launch_copy", "read_sum_programs",
+           "launch_read_sum", "launch_l2_read", "launch_fma", "launch_exp2", "launch_copy_to", "launch_summary_words",
+           "summary_word_offsets", "launch_ping_pong", "check_positive_int"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -130,6 +134,77 @@ def exp2_kernel(
     tl.store(out_ptr + offsets, a0 + a1 + a2 + a3)
 
 
+@triton.jit
+def copy_to_kernel(
+    src_ptr,  # (n_elements,) int64 input
+    table_ptr,  # int64 addresses; the destination is the buffer at table[target]
+    target,
+    n_elements,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """copy_kernel into a buffer known by its address, as the vocab-parallel exchange addresses its peers' buffers
+    (kernels.peer_memory's table): on a GPU the stores cross NVLink when the address is a peer's."""
+    dst_ptr = tl.load(table_ptr + target).to(tl.pointer_type(tl.int64))
+    pid = tl.program_id(0).to(tl.int64)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def summary_words_kernel(
+    table_ptr,  # int64 addresses; the words go to the buffer at table[target]
+    target,
+    n_rows,
+    n_slots,  # programs = n_slots * NUM_CHUNKS, each walking rows slot, slot + n_slots, ...
+    first_value,  # word (row, k) holds first_value + row * WIDTH + k (so a check can tell every word was written)
+    NUM_CHUNKS: tl.constexpr,
+    LANES: tl.constexpr,  # words between a summary's entries (tp x chunks in the exchange)
+    WIDTH: tl.constexpr,  # words per summary: 3 (cross-entropy from labels) or 5
+):
+    """The exchange's stores without its loads or math: program (slot, chunk) writes, for each of its rows, WIDTH
+    scalar 8-byte words at ``row * WIDTH * LANES + chunk + k * LANES`` (kernels.vocab_parallel_exchange.publish)."""
+    dst_ptr = tl.load(table_ptr + target).to(tl.pointer_type(tl.int64))
+    pid = tl.program_id(0)
+    slot = pid // NUM_CHUNKS
+    chunk = pid % NUM_CHUNKS
+    for row in range(slot.to(tl.int64), n_rows, n_slots):
+        words = dst_ptr + row * (WIDTH * LANES) + chunk
+        for k in tl.static_range(WIDTH):
+            tl.store(words + k * LANES, first_value + row * WIDTH + k)
+
+
+@triton.jit
+def ping_pong_kernel(
+    table_ptr,  # int64 addresses of both processes' buffers; word 0 of each is the ball
+    rank,  # this process (0 serves first)
+    out_ptr,  # (2,) int64 out: rounds whose answer arrived, polls spent
+    first_value,  # the ball's value before this launch (both processes pass the same; it only grows)
+    rounds,
+    poll_limit,  # polls after which every wait gives up (a peer that never runs cannot hang the launch)
+):
+    """``rounds`` round trips of one word: rank 0 stores round i's value into rank 1's buffer and polls its own
+    until the answer arrives; rank 1 polls its own and answers into rank 0's. The stores are plain and the polls
+    volatile, as the exchange's (kernels.vocab_parallel_exchange). Run one program of one warp on each side."""
+    own = tl.load(table_ptr + rank).to(tl.pointer_type(tl.int64))
+    other = tl.load(table_ptr + 1 - rank).to(tl.pointer_type(tl.int64))
+    polls = tl.full([], 0, tl.int64)
+    arrived = tl.full([], 0, tl.int64)
+    for i in range(rounds):
+        value = first_value + i + 1
+        if rank == 0:
+            tl.store(other, value)
+        seen = tl.load(own, volatile=True)
+        while (seen < value) & (polls < poll_limit):
+            seen = tl.load(own, volatile=True)
+            polls += 1
+        arrived += (seen >= value).to(tl.int64)
+        if rank != 0:
+            tl.store(other, value)
+    tl.store(out_ptr, arrived)
+    tl.store(out_ptr + 1, polls)
+
+
 # ------------------------------------------------------------------------------------------
 # Launchers (work on GPU tensors, and on CPU tensors under TRITON_INTERPRET=1)
 # ------------------------------------------------------------------------------------------
@@ -212,6 +287,49 @@ def launch_exp2(x, out, *, iters: int, scale: float = -1.0, block_size: int = 10
     return exp2_kernel[(x.numel() // block_size,)](x, out, iters, float(scale),
                                                    BLOCK_SIZE=block_size, UNROLL=unroll,
                                                    num_warps=num_warps)
+
+
+def launch_copy_to(src, table, target: int, *, block_size: int = 4096, num_warps: int = 8):
+    """The buffer at ``table[target]`` (int64 words, at least ``src.numel()``) gets ``src`` (``copy_to_kernel``)."""
+    _check_tensor("src", src, dtype=torch.int64)
+    _check_tensor("table", table, dtype=torch.int64)
+    grid = (triton.cdiv(src.numel(), block_size),)
+    return copy_to_kernel[grid](src, table, int(target), src.numel(), BLOCK_SIZE=block_size, num_warps=num_warps)
+
+
+def summary_word_offsets(n_rows: int, num_chunks: int, lanes: int, width: int):
+    """The word offsets ``summary_words_kernel`` writes and the values it writes there, less ``first_value``
+    (LongTensors): what a check of a launch compares."""
+    rows = torch.arange(n_rows).view(-1, 1, 1)
+    chunks = torch.arange(num_chunks).view(1, -1, 1)
+    k = torch.arange(width).view(1, 1, -1)
+    offsets = rows * (width * lanes) + chunks + k * lanes
+    return offsets.flatten(), (rows * width + k + 0 * chunks).flatten()
+
+
+def launch_summary_words(table, target: int, *, n_rows: int, n_slots: int, num_chunks: int, lanes: int, width: int,
+                         first_value: int = 0, num_warps: int = 4):
+    """``summary_words_kernel`` on ``n_slots * num_chunks`` programs (the exchange's grid)."""
+    _check_tensor("table", table, dtype=torch.int64)
+    for name, value in (("n_rows", n_rows), ("n_slots", n_slots), ("num_chunks", num_chunks), ("lanes", lanes),
+                        ("width", width)):
+        check_positive_int(name, value)
+    if lanes < num_chunks:
+        raise ValueError(f"lanes ({lanes}) must be at least num_chunks ({num_chunks})")
+    return summary_words_kernel[(n_slots * num_chunks,)](table, int(target), n_rows, n_slots, int(first_value),
+                                                         NUM_CHUNKS=num_chunks, LANES=lanes, WIDTH=width,
+                                                         num_warps=num_warps)
+
+
+def launch_ping_pong(table, rank: int, out, *, rounds: int, first_value: int, poll_limit: int):
+    """``ping_pong_kernel`` on one program of one warp; ``out`` (2 int64) gets the rounds answered and the polls."""
+    _check_tensor("table", table, dtype=torch.int64, numel=2)
+    _check_tensor("out", out, dtype=torch.int64, numel=2)
+    check_positive_int("rounds", rounds)
+    check_positive_int("poll_limit", poll_limit)
+    if rank not in (0, 1):
+        raise ValueError(f"rank: expected 0 or 1, got {rank!r}")
+    return ping_pong_kernel[(1,)](table, rank, out, int(first_value), rounds, poll_limit, num_warps=1)
 
 
 FMA_CHAINS = 4  # independent chains per element in fma_kernel / exp2_kernel

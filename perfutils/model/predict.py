@@ -144,12 +144,64 @@ class Gpu:
     l2_bytes: int = 50 * 2**20
     name: str = ""
     triton_copy_gbps: float | None = None  # the copy a Triton kernel reached (ceilings.csv: dram_copy_triton)
+    link: Link | None = None  # the NVLink to a peer GPU, where a vocab-parallel prediction needs it (link_of)
 
     @property
     def stream_gbps(self) -> float:
         """The DRAM rate a Triton loss kernel can stream at: the Triton copy where it was measured (on the H200 it
         stays 4% under the torch copy, on the H100 under 1%), else the copy bandwidth."""
         return self.triton_copy_gbps or self.ceilings.dram_gbps
+
+
+@dataclass(frozen=True)
+class Link:
+    """Two GPUs' NVLink as the vocab-parallel exchange uses it, as ``perfutils.studies.nvlink`` measured it."""
+
+    store_gbps: float  # the exchange's summary words stored into the peer's buffer, both ranks at once (1e9 B/s)
+    round_trip_ns: float  # one word bounced between the two GPUs
+    gpu_name: str
+    links: int | None  # bonded NVLinks between the two GPUs (nvidia-smi topo -m: NV18 -> 18)
+    folder: str  # the data folder it was measured in
+
+
+def bonded_links(sidecar: dict) -> int | None:
+    """The bonded NVLinks between GPU0 and GPU1 in a sidecar's ``topology`` (nvidia-smi topo -m), if recorded."""
+    found = re.search(r"NV(\d+)", str(sidecar.get("topology") or ""))
+    return int(found.group(1)) if found else None
+
+
+def link_of(folder) -> Link | None:
+    """The NVLink a vocab-parallel exchange of ``folder``'s GPU pair crosses: the folder's own ``nvlink.csv``, else
+    that of another data folder beside it whose two GPUs were joined by as many bonded NVLinks (the sidecars'
+    ``topology``; ``Link.folder`` says which); None where neither was measured."""
+    folder = Path(folder)
+    own = folder / "nvlink.csv"
+    if own.is_file():
+        return _link_from(own)
+    wanted = {bonded_links(_sidecar(folder / f"{study}.json")) for study in ("tensor_parallel", "nvlink")} - {None}
+    for other in sorted(folder.parent.glob("*/nvlink.csv")):
+        if wanted and bonded_links(_sidecar(other.with_suffix(".json"))) in wanted:
+            return _link_from(other)
+    return None
+
+
+def _sidecar(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _link_from(path: Path) -> Link | None:
+    rows = pd.read_csv(path)
+    rows = rows[rows["status"] == "ok"]
+    stores = rows[(rows["measure"] == "summary_words") & (rows["directions"] == "both_ways")]
+    trip = rows[rows["measure"] == "round_trip"]
+    if stores.empty or trip.empty:
+        return None
+    return Link(store_gbps=float(stores["gbps"].iloc[0]), round_trip_ns=float(trip["ns_per_round_trip"].iloc[0]),
+                gpu_name=str(stores["gpu_name"].iloc[0]), links=bonded_links(_sidecar(path.with_suffix(".json"))),
+                folder=path.parent.name)
 
 
 def gpu_from_folder(folder) -> Gpu:
@@ -185,6 +237,7 @@ class KernelPass:
     load_bytes_per_step: float  # one program's loads in flight per step
     dram_bytes: float
     l2_bytes: float = 0.0
+    link_bytes: float = 0.0  # stored into a peer GPU's memory over NVLink (the vocab-parallel exchange's summaries)
     elements: float = 0.0  # elements processed (issue, MUFU)
     inputs: int = 1
     spill_bytes: int = 0  # per thread
@@ -216,6 +269,7 @@ class LaunchConfig:
     launches: int = 1
     elementwise_bytes: float = 0.0  # elementwise studies: bytes of all kernels
     exchange_l2_bytes: float = 0.0  # a vocab-parallel rank's exchange traffic through its own L2 (``with_exchange``)
+    exchange_link_bytes: float = 0.0  # ... and what it stores into its peers' memory over NVLink
 
 
 @dataclass(frozen=True)
@@ -329,10 +383,12 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     dram_full = dram_s * (full / waves) if waves else 0.0
     dram_part = dram_s - dram_full
     l2_s = kp.l2_bytes / (c.l2_gbps * 1e9) if c.l2_gbps else 0.0
+    link_s = link_seconds(kp, gpu)
     issue_s = (kp.programs * kp.steps * thread_instructions_per_step(kp, k) * 32 * kp.num_warps / (128 * hz * sms)
                if kp.instructions_per_step else kp.elements * instr / (128 * hz * sms))
     exps = kp.elements * kp.inputs / (c.exp2_tops * 1e12) if c.exp2_tops else 0.0
-    mem_full = _soft_max([dram_full, lat_full, l2_s * (full / waves if waves else 0)], k.combine_p)
+    share = full / waves if waves else 0
+    mem_full = _soft_max([dram_full, lat_full, l2_s * share, link_s * share], k.combine_p)
     mem_part = _soft_max([dram_part, lat_part], k.combine_p)
     spill_s = 0.0
     if kp.spill_bytes and kp.spill_moved_bytes:
@@ -350,7 +406,14 @@ def _pass_terms(kp: KernelPass, gpu: Gpu, k: ModelConstants) -> dict:
     # not added again here; issue_s stays in the breakdown as the time the instructions alone take
     total = _soft_max([mem_full + mem_part, exps], k.combine_p) + spill_s
     return {"dram": dram_s, "latency": lat_full, "waves": mem_part - dram_part if part else 0.0, "l2": l2_s,
-            "issue": issue_s, "mufu": exps, "spills": spill_s, "total": total}
+            "issue": issue_s, "mufu": exps, "spills": spill_s, "total": total, **({"nvlink": link_s} if link_s else {})}
+
+
+def link_seconds(kp: KernelPass, gpu: Gpu) -> float:
+    """A pass's stores into a peer GPU at the rate the exchange's store pattern reached over the GPU's NVLink
+    (``Gpu.link``); 0 where nothing crosses or no rate was measured. Joined to the pass's memory terms like its L2
+    traffic: the stores are issued and not waited for, so they overlap the DRAM stream."""
+    return kp.link_bytes / (gpu.link.store_gbps * 1e9) if kp.link_bytes and gpu.link else 0.0
 
 
 def spill_dram_share(stack_bytes: float, gpu: Gpu) -> float:
@@ -443,7 +506,7 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
             t = _pass_terms(kp, gpu, k)
             kernel_s += t.pop("total")
             for name, value in t.items():
-                terms[name] += value
+                terms[name] = terms.get(name, 0.0) + value
     else:  # elementwise kernels of the teaching and fusion studies: bytes at copy bandwidth
         kernel_s = config.elementwise_bytes / (gpu.stream_gbps * 1e9)
         kernel_s += k.dram_latency_ns * 1e-9 * max(1, config.launches)
@@ -459,7 +522,7 @@ def predict(config: LaunchConfig, gpu: Gpu, constants: ModelConstants = DEFAULT_
     if host_s >= kernel_s:
         bound = "host"
     else:
-        candidates = {n: terms[n] for n in BOUNDS if n != "host"}
+        candidates = {n: terms[n] for n in (*BOUNDS, "nvlink") if n != "host" and n in terms}
         bound = max(candidates, key=candidates.get)
     return Prediction(ms=total * 1e3, bound=bound, breakdown={n: v * 1e3 for n, v in terms.items()})
 
@@ -702,28 +765,33 @@ def exchange_bytes(*, loss: str, target_format: str, tokens: int, vocab: int, tp
 
 def with_exchange(config: LaunchConfig, *, tp: int, num_chunks: int | None = None) -> LaunchConfig:
     """``config`` (one rank's kernel on its slice of every row: ``config.vocab`` is the slice's columns) with the
-    exchange of the symmetric design added: the summaries the peers store into the rank's buffer and the polls of
-    that buffer are L2 traffic of the rank's kernel, costed at the GPU's measured L2 read bandwidth in the kernel's
-    L2 term (``exchange_bytes``). The NVLink stores themselves (``sent``, 24-40 bytes a row and chunk) are not
-    costed: no NVLink rate was measured."""
+    exchange of the symmetric design added (``exchange_bytes``): the summaries the peers store into the rank's buffer
+    and the polls of that buffer are L2 traffic of the rank's kernel, costed at the GPU's measured L2 read bandwidth
+    in the kernel's L2 term; the rank's own stores into its peers (``sent``, 24-40 bytes a row and chunk) cross
+    NVLink, costed at the rate the exchange's store pattern reached where the GPU has a measured link (``Gpu.link``,
+    :func:`link_seconds`)."""
     moved = exchange_bytes(loss=config.loss, target_format=config.target_format, tokens=config.tokens,
                            vocab=config.vocab * tp, tp=tp, num_chunks=num_chunks)
-    extra = float(moved["received"] + moved["polled"])
-    if not extra or not config.passes:
+    l2 = float(moved["received"] + moved["polled"])
+    if not l2 or not config.passes:
         return config
-    return _exchange_in_l2(config, extra)
+    return _exchange_added(config, l2, float(moved["sent"]))
 
 
 def without_exchange(config: LaunchConfig) -> LaunchConfig:
     """``config`` as it was before :func:`with_exchange`: one rank's kernel alone on its slice."""
-    return _exchange_in_l2(config, -config.exchange_l2_bytes) if config.exchange_l2_bytes else config
+    if not (config.exchange_l2_bytes or config.exchange_link_bytes):
+        return config
+    return _exchange_added(config, -config.exchange_l2_bytes, -config.exchange_link_bytes)
 
 
-def _exchange_in_l2(config: LaunchConfig, extra: float) -> LaunchConfig:
+def _exchange_added(config: LaunchConfig, l2: float, link: float) -> LaunchConfig:
     main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
     passes = list(config.passes)
-    passes[main] = replace(passes[main], l2_bytes=passes[main].l2_bytes + extra)
-    return replace(config, passes=tuple(passes), exchange_l2_bytes=config.exchange_l2_bytes + extra)
+    passes[main] = replace(passes[main], l2_bytes=passes[main].l2_bytes + l2,
+                           link_bytes=passes[main].link_bytes + link)
+    return replace(config, passes=tuple(passes), exchange_l2_bytes=config.exchange_l2_bytes + l2,
+                   exchange_link_bytes=config.exchange_link_bytes + link)
 
 
 def _read_rows(folder: Path, study: str) -> pd.DataFrame:
@@ -929,7 +997,8 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
-           "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of", "load_configurations",
+           "Link", "bonded_links", "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of",
+           "link_of", "link_seconds", "load_configurations",
            "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "spill_share_check",
            "spilling_errors", "summarize", "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 

@@ -34,7 +34,8 @@ __all__ = ["BOUND_COLORS", "binds_reading", "binds_summary", "built_check", "bui
 
 _NEEDED = ("study", "measured_ms", "predicted_ms", "bound")
 BOUND_COLORS = {"dram": "#1f4e9c", "latency": "#d1495b", "waves": "#f28e2b", "l2": "#7b2d8b", "issue": "#8c564b",
-                "mufu": "#e377c2", "spills": "#2e933c", "host": "#edae49", "launch": "#8c8c8c"}
+                "mufu": "#e377c2", "spills": "#2e933c", "host": "#edae49", "launch": "#8c8c8c",
+                "nvlink": "#17becf"}
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 

@@ -38,6 +38,7 @@ shape is started and the run says so (run it again to finish).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -356,7 +357,10 @@ def _measure_tp2(name, fn, config, counts, inputs_local, loss, target_format, re
     return row
 
 
-def _worker(rank: int, world_size: int, port: int, args: dict) -> None:
+@contextlib.contextmanager
+def rank_group(rank: int, world_size: int, port: int, device_kind: str):
+    """This process as rank ``rank`` of a group on one host, yielding (group, device): NCCL on GPU ``rank`` (NVLink
+    multicast off), or gloo on the CPU for the smoke runs (the Triton interpreter); the group is destroyed on exit."""
     os.environ.update(NO_MULTICAST_ENV)
     import torch
     import torch.distributed as dist
@@ -365,19 +369,23 @@ def _worker(rank: int, world_size: int, port: int, args: dict) -> None:
 
     init = dict(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                 timeout=timedelta(minutes=10))
-    if args["device"] == "cuda":
+    if device_kind == "cuda":
         pin_bundled_ptxas()
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
         dist.init_process_group("nccl", device_id=device, **init)
-    else:  # the smoke run: gloo, the Triton interpreter
+    else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", **init)
-    group = dist.group.WORLD
     try:
-        _run(rank, world_size, group, device, args)
+        yield dist.group.WORLD, device
     finally:
         dist.destroy_process_group()
+
+
+def _worker(rank: int, world_size: int, port: int, args: dict) -> None:
+    with rank_group(rank, world_size, port, args["device"]) as (group, device):
+        _run(rank, world_size, group, device, args)
 
 
 def _run(rank, world_size, group, device, args) -> None:
@@ -406,7 +414,7 @@ def _run(rank, world_size, group, device, args) -> None:
         if on_gpu:
             meta["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
             meta["peer_access"] = torch.cuda.can_device_access_peer(0, 1) if world_size > 1 else None
-            meta["topology"] = _topology()
+            meta["topology"] = gpu_topology()
         store = ResultStore(data_path(args["out"], torch.cuda.get_device_name(0) if on_gpu else None, STUDY), meta)
         store.check_compatible()
         done = [store.done_keys()]
@@ -526,7 +534,7 @@ def _fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def _topology() -> str | None:
+def gpu_topology() -> str | None:
     import subprocess
 
     try:
@@ -547,7 +555,7 @@ def _parameters(args: dict, world_size: int, fast_llm_note: str) -> dict:
                if args.get("symmetric_configs") else {})}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -603,6 +611,6 @@ def main(argv=None) -> int:
             "budget_s": options.budget_s, "fast_llm_commit": checkout_commit(options.fast_llm) if options.fast_llm else None, "device": options.device,
             "quick": options.device == "cpu", "losses": [tuple(name.split("/")) for name in options.losses],
             "symmetric_configs": [tuple(int(part) for part in config.split("/")) for config in options.symmetric_configs]}
-    mp.spawn(_worker, args=(options.world_size, _free_port(), args), nprocs=options.world_size, join=True)
+    mp.spawn(_worker, args=(options.world_size, free_port(), args), nprocs=options.world_size, join=True)
     return 0
 
