@@ -64,13 +64,20 @@ class Pick:
 
 @dataclass(frozen=True)
 class LogExcerpt:
-    """Lines of a recorded log under ``data/<gpu>/logs``: from the first line holding ``start``, the lines that
-    match one of ``patterns`` (every line without patterns), at most ``lines`` of them."""
+    """Lines of a recorded log under ``data/<gpu>/logs`` (``folder``: another GPU's data folder beside it): from the
+    first line holding ``start``, the lines that match one of ``patterns`` (every line without patterns), at most
+    ``lines`` of them."""
 
     file: str
     start: str = ""
     patterns: tuple = ()
     lines: int = 12
+    folder: str = ""
+
+    @property
+    def where(self) -> str:
+        """The log's path as a page names it."""
+        return f"data/{self.folder}/logs/{self.file}" if self.folder else f"logs/{self.file}"
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,7 @@ STEPS: tuple[PathStep, ...] = (
                         plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan"))), slice_of=2),
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
                          plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan")))),
+             logs=(LogExcerpt("nvlink_2026-11-29.txt", "## the study", ("GB/s", "round trip"), 7, folder="h200"),),
              note="no compile counts, profiler counters or log of the two-GPU kernel were recorded; tp=2 is "
                   "predicted as the kernel each rank ran (the row's recorded tile, warps, chunks and grid) on its half "
                   "of each row, plus the exchange (model.with_exchange): the summaries the peer stores into the "
@@ -567,7 +575,8 @@ def step_evidence(data_dir, step: PathStep) -> list[tuple[str, pd.DataFrame]]:
 def log_excerpt(data_dir, excerpt: LogExcerpt) -> str:
     """The lines ``excerpt`` names of its recorded log (ValueError if its start line is not in the file: a log
     that changed must not silently show something else)."""
-    text = (Path(data_dir) / "logs" / excerpt.file).read_text(encoding="utf-8").splitlines()
+    folder = Path(data_dir).parent / excerpt.folder if excerpt.folder else Path(data_dir)
+    text = (folder / "logs" / excerpt.file).read_text(encoding="utf-8").splitlines()
     start = next((i for i, line in enumerate(text) if excerpt.start in line), None)
     if start is None:
         raise ValueError(f"{excerpt.file} has no line holding {excerpt.start!r}")
