@@ -34,6 +34,7 @@ import pandas as pd
 from .model import predict as model
 from .model.roofline import loss_cost
 from .model.spill_counts import SpillCount, resident_stack_bytes, spill_key
+from .model.step_counts import exchange_key, load_exchange_counts, load_step_counts
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -231,9 +232,10 @@ STEPS: tuple[PathStep, ...] = (
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
                          plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan")))),
              logs=(LogExcerpt("nvlink_2026-11-29.txt", "## the study", ("GB/s", "round trip"), 7, folder="h200"),),
-             note="no compile counts, profiler counters or log of the two-GPU kernel were recorded; tp=2 is "
-                  "predicted as the kernel each rank ran (the row's recorded tile, warps, chunks and grid) on its half "
-                  "of each row, plus the exchange (model.with_exchange): the summaries the peer stores into the "
+             note="no profiler counters or log of the two-GPU kernel were recorded; tp=2 is predicted as the "
+                  "kernel each rank ran (the row's recorded tile, warps, chunks and grid; its step counted offline "
+                  "from today's exchange kernel: exchange_steps.csv) on its half of each row, plus the exchange "
+                  "(model.with_exchange): the summaries the peer stores into the "
                   "rank's buffer and the rank's polls of it (kernels.vocab_parallel.bytes_per_rank) as L2 traffic at "
                   "the measured L2 bandwidth, and the rank's stores into its peer at the rate the exchange's store "
                   "pattern reached over NVLink (nvlink.csv: python -m perfutils nvlink; model.link_of names the pair "
@@ -286,16 +288,35 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
     if config is not None and sliced:
         chunks = (recorded or {}).get("num_chunks")
         config = model.with_exchange(config, tp=pick.slice_of, num_chunks=int(chunks) if chunks else None)
+        if ran is not None and data_dir is not None:
+            config = _exchange_counted(config, row, recorded, pick.slice_of, data_dir)
     return None if config is None else (config, model.predict(config, gpu))
 
 
+def _exchange_counted(config, row: dict, recorded: dict, tp: int, data_dir):
+    """A rank's pass with the step of the kernel it ran, the symmetric design's exchange kernel, as the folder's
+    offline counts hold it (``exchange_steps.csv``: ``python -m perfutils step-counts``); unchanged without them."""
+    key = exchange_key(row["loss"], row["target_format"], row["dtype"], int(row["vocab"]) // tp,
+                       recorded["block_size"], recorded["num_warps"], tp, recorded.get("lag", model.LAG_STEPS))
+    step = load_exchange_counts(data_dir).get(key)
+    if not step:
+        return config
+    main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+    passes = list(config.passes)
+    passes[main] = replace(passes[main], instructions_per_step=step, step_key=())
+    return replace(config, passes=tuple(passes))
+
+
 def counted_config(row: dict, gpu: model.Gpu, data_dir=None, moved_bytes: float | None = None):
-    """The model's configuration of a recorded row (``model.config_from_row``) with its kernel's spill traffic as an
-    offline compile counted it (``model.with_spill_counts``): ``moved_bytes`` (a thread's spill stores + loads, from a
-    compile made now: a one-step kernel's), else the folder's offline compiles (``model.load_spill_counts``)."""
+    """The model's configuration of a recorded row (``model.config_from_row``) with its lagged step and its spill
+    traffic as offline compiles counted them: the folder's step counts (``model.with_step_counts``), and
+    ``moved_bytes`` (a thread's spill stores + loads, from a compile made now: a one-step kernel's), else the folder's
+    offline compiles (``model.load_spill_counts``)."""
     config = model.config_from_row(row, gpu)
     if config is None:
         return None
+    if data_dir is not None:
+        config = model.with_step_counts(config, load_step_counts(data_dir))
     if moved_bytes is not None:
         counts = {spill_key(config.loss, config.target_format, config.dtype, config.vocab, p.tile, p.num_warps,
                             p.spill_bytes): SpillCount(float(moved_bytes), 0.0, False)
@@ -400,6 +421,8 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
                          "predicted_without_exchange_ms": (model.predict(model.without_exchange(config), gpu).ms
                                                            if pred and config.exchange_l2_bytes else math.nan),
                          **_link_columns(config, pred, gpu),
+                         "step_instructions": max((p.instructions_per_step for p in config.passes), default=0.0)
+                         if config is not None else math.nan,
                          **_model_counts(config, gpu),
                          "floor_ms": bytes_min / (gpu.ceilings.dram_gbps * 1e9) * 1e3,
                          "source": pick.describe()})
@@ -432,6 +455,9 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
         text += (f". Against the step before ({b['recorded_ms']:.3f} ms recorded, {b['predicted_ms']:.3f} ms "
                  f"predicted, bound `{b['bound']}`): **{b['recorded_ms'] / after['recorded_ms']:.2f}x recorded**, "
                  f"{b['predicted_ms'] / after['predicted_ms']:.2f}x predicted")
+    if after.get("step_instructions", 0) > 0:  # a step counted in the kernel's offline SASS
+        text += (f". Its step is counted in the kernel's offline sm_90 SASS: {after['step_instructions']:.0f} "
+                 "instructions a thread")
     if pd.notna(after.get("exchange_ms")):  # a vocab-parallel step
         text += (f". The exchange's L2 traffic alone would take {after['exchange_ms'] * 1e3:.1f} us; with it the "
                  f"prediction is {after['predicted_ms']:.4f} ms, without it {after['predicted_without_exchange_ms']:.4f} ms")

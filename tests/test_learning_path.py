@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from perfutils import learning_path as lp
+from perfutils.model import step_counts
 from perfutils.plots.learning_path import plot_path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "h100-sxm-80gb"
@@ -367,6 +368,9 @@ def test_the_tp_step_predicts_the_ranks_kernel_with_its_exchange():
     assert after["nvlink_ms"] > 0 and after["predicted_ms"] >= after["predicted_without_link_ms"]
     assert after["lag_us"] > after["round_trip_us"] > 0 and "data/h200/nvlink.csv" in after["link_measured_on"]
     assert "comes back in" in lp.step_summary(frame, "tp")[1]
+    # Each rank's step is the exchange kernel's, counted offline (exchange_steps.csv), not an estimate.
+    counted = step_counts.load_exchange_counts(DATA)[("cross_entropy", "labels", "bf16", 65536, 4096, 4, 2, 2)]
+    assert after["step_instructions"] == counted
 
 
 def test_every_steps_key_lines_are_in_todays_source():

@@ -5,8 +5,9 @@ SASS where asked; what notebooks 04 and 05 and the register figures (:mod:`perfu
   (:func:`perfutils.model.offline_compile.compile_launch`) and returns one row per configuration, describing the
   limiting launch as the sweeps do (lowest occupancy, ties: more registers).
 * :func:`write_step_counts` counts the step of every lagged split-row kernel a GPU folder recorded
-  (:func:`count_lagged_step`) into ``split_row_steps.csv``, which :mod:`perfutils.model.step_counts` reads for the
-  model (``python -m perfutils step-counts data/<gpu>``);
+  (:func:`count_lagged_step`) into ``split_row_steps.csv``, and of every rank's kernel of its two-GPU symmetric
+  design (:func:`count_exchange_step`) into ``exchange_steps.csv``, which :mod:`perfutils.model.step_counts` reads
+  for the model (``python -m perfutils step-counts data/<gpu>``);
 * :func:`label_index_costs` compiles the two frames of cross-entropy's label test
   (:mod:`perfutils.lab_kernels.teaching.label_index`) and counts their SASS.
 """
@@ -167,6 +168,62 @@ def count_lagged_step(key: tuple) -> dict:
             "triton_version": compiled.triton_version, "ptxas_version": compiled.ptxas_version}
 
 
+def count_exchange_step(key: tuple) -> dict:
+    """Compile the key's exchange kernel offline for sm_90 and count its step as :func:`count_lagged_step` does: the
+    launch ``kernels.vocab_parallel_plans.plan_symmetric`` plans for rank 0 of ``tp`` on its slice, with the two steps
+    that need the ranks' GPUs stood in for (the exchange buffers, a table of addresses; the rows in flight, three:
+    Triton's "any other value" class of ``n_slots``, as a GPU's persistent grid is)."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import torch
+
+    from kernels import vocab_parallel_plans as plans
+    from kernels.problem import build_problem
+
+    from .cubin import main_loop_instructions
+
+    loss, target_format, dtype, vocab, block, warps, tp, lag = key
+    logits = torch.zeros(ROWS, vocab, dtype=torch_dtype(dtype))
+    target = (torch.zeros(ROWS, dtype=torch.int64) if target_format == "labels"
+              else torch.zeros(ROWS, vocab, dtype=logits.dtype))
+    problem = build_problem(logits, target, loss=loss, target_format=target_format, grad_output=1.0,
+                            ignore_index=-100, loss_mask=None)
+    buffers = SimpleNamespace(rank=0, world_size=tp, table=torch.zeros(tp, dtype=torch.int64),
+                              state=torch.zeros(2, dtype=torch.int32), backing="offline")
+
+    def three_slots(launch, n_rows, num_chunks):
+        launch.args["n_slots"] = 3
+        return 3, 3
+
+    with mock.patch.object(plans, "peer_buffers", lambda group, device, words: buffers), \
+            mock.patch.object(plans, "cooperative_slots", three_slots), mock.patch.object(plans, "interpreting",
+                                                                                         lambda: False):
+        plan = plans.plan_symmetric(plans.VocabParallelProblem(problem, None, 0, tp), block, warps, lag=lag)
+    compiled = quiet_compile(next(step for step in plan.steps if getattr(step, "name", "") == "vocab_parallel.exchange"))
+    return {**main_loop_instructions(compiled.sass), "n_regs": compiled.n_regs, "spill_bytes": compiled.spill_bytes,
+            "triton_version": compiled.triton_version, "ptxas_version": compiled.ptxas_version}
+
+
+def exchange_step_keys(folder) -> list[tuple]:
+    """The exchange keys of the folder's recorded two-GPU symmetric-design rows (``tensor_parallel.csv``: each
+    row's recorded configuration, on its rank's slice), sorted."""
+    import json
+
+    path = Path(folder) / "tensor_parallel.csv"
+    if not path.is_file():
+        return []
+    frame = pd.read_csv(path)
+    keys = set()
+    for row in frame[frame["variant"].astype(str).str.startswith("tp2-symmetric")].to_dict("records"):
+        config = json.loads(row["config"]) if isinstance(row.get("config"), str) else {}
+        if config.get("block_size") and config.get("num_warps"):
+            tp = int(row.get("tp") or 2)
+            keys.add(step_counts.exchange_key(row["loss"], row["target_format"], row["dtype"], int(row["vocab"]) // tp,
+                                              config["block_size"], config["num_warps"], tp, config.get("lag", 2)))
+    return sorted(keys)
+
+
 def lagged_step_keys(folder) -> list[tuple]:
     """The keys of every lagged split-row pass :func:`perfutils.model.predict.load_configurations` builds from the
     folder's records, sorted."""
@@ -176,27 +233,38 @@ def lagged_step_keys(folder) -> list[tuple]:
     return sorted(keys)
 
 
-def write_step_counts(folder, log=print) -> Path:
+def write_step_counts(folder, log=print) -> list[Path]:
     """Count the step of every key the folder's records need that its counts file lacks (a key that does not compile
     is a row with status "error") and write the file with its sidecar; rows already there are kept, so a file's rows
     may count different versions of the kernels: each names the one it counted (``kernel_sources``, the digest of
     :func:`perfutils.data.metadata.sources_digest`; empty in rows counted before it was recorded). After a kernel
-    change, remove the file to count every key again."""
+    change, remove the file to count every key again. Returns the counts files (the exchange's where the folder
+    recorded two-GPU rows)."""
+    paths = [_write_counts(folder, step_counts.STUDY, step_counts.KEY_COLUMNS, step_counts.normal_key,
+                           lagged_step_keys(folder), count_lagged_step, log)]
+    exchange = exchange_step_keys(folder)
+    if exchange:
+        paths.append(_write_counts(folder, step_counts.EXCHANGE_STUDY, step_counts.EXCHANGE_KEY_COLUMNS,
+                                   lambda key: step_counts.exchange_key(*key), exchange, count_exchange_step, log))
+    return paths
+
+
+def _write_counts(folder, study, key_columns, normal, keys, count, log) -> Path:
     from ..data import metadata, store
     from ..data.schema import utc_now
 
     sources = metadata.sources_digest()  # the kernels these compiles import: a row counts this version of them
-    path = step_counts.counts_path(folder)
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=step_counts.KEY_COLUMNS)
-    have = {step_counts.normal_key(r) for r in old[list(step_counts.KEY_COLUMNS)].itertuples(index=False, name=None)}
+    path = step_counts.counts_path(folder, study)
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=key_columns)
+    have = {normal(r) for r in old[list(key_columns)].itertuples(index=False, name=None)}
     rows = []
-    for key in lagged_step_keys(folder):
-        if step_counts.normal_key(key) in have:
+    for key in keys:
+        if normal(key) in have:
             continue
         started = time.perf_counter()
-        row = dict(zip(step_counts.KEY_COLUMNS, key))
+        row = dict(zip(key_columns, key))
         try:
-            row.update(count_lagged_step(key), status="ok", error=None)
+            row.update(count(key), status="ok", error=None)
         except Exception as error:  # noqa: BLE001 - a key that does not compile is a row
             row.update(status="error", error=error_text(error, 300))
         row["compile_s"] = round(time.perf_counter() - started, 1)
@@ -209,7 +277,7 @@ def write_step_counts(folder, log=print) -> Path:
     frame = pd.concat([old, pd.DataFrame(rows)], ignore_index=True) if rows else old
     meta = metadata.collect_metadata({"rows": ROWS,
                                       "source": "perfutils.model.offline_counts.write_step_counts"})
-    meta.update(study=step_counts.STUDY, target="sm_90, offline (no GPU): the counts hold for every sm_90 GPU")
+    meta.update(study=study, target="sm_90, offline (no GPU): the counts hold for every sm_90 GPU")
     store.write_table(frame, path, meta, overwrite=True)
     return path
 
@@ -221,5 +289,5 @@ def main(argv=None) -> int:
     parser.add_argument("gpu_dir", nargs="+", help="data/<gpu> folders whose recorded split-row plans to count")
     args = parser.parse_args(argv)
     for folder in args.gpu_dir:
-        print(f"wrote {write_step_counts(folder)}")
+        print("wrote " + ", ".join(str(path) for path in write_step_counts(folder)))
     return 0

@@ -11,6 +11,9 @@ own count instead (``KernelPass.instructions_per_step``) and holds that wait as 
     python -m perfutils step-counts data/h100-sxm-80gb   # no GPU: writes data/h100-sxm-80gb/split_row_steps.csv
 
 This module reads the file (the keys, the counts); :mod:`perfutils.model.offline_counts` compiles and writes it.
+Beside it, ``exchange_steps.csv`` counts the step of the vocab-parallel symmetric design's kernel
+(``kernels.vocab_parallel_exchange.exchange_kernel``) for every two-GPU configuration the folder recorded
+(:func:`exchange_key`, :func:`load_exchange_counts`): each rank runs it on its slice instead of the lagged kernel.
 
 A key is what decides the kernel's code: the loss, the logits' dtype, the vocabulary (its chunks, and whether rows are
 16-byte aligned), the chunk, the warps and the lagged kernel's options. The counts are the same for every GPU of
@@ -29,6 +32,8 @@ import pandas as pd
 STUDY = "split_row_steps"
 KEY_COLUMNS = ("loss", "target_format", "dtype", "vocab", "block_size", "num_warps", "maxnreg", "prefetch",
                "read_ahead", "fast_math")
+EXCHANGE_STUDY = "exchange_steps"
+EXCHANGE_KEY_COLUMNS = ("loss", "target_format", "dtype", "vocab", "block_size", "num_warps", "tp", "lag")
 
 
 def step_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int,
@@ -43,9 +48,15 @@ def step_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: 
             bool(options.get("fast_math", True)))
 
 
-def counts_path(folder) -> Path:
-    """The folder's counts file."""
-    return Path(folder) / f"{STUDY}.csv"
+def exchange_key(loss: str, target_format: str, dtype: str, vocab: int, block_size: int, num_warps: int, tp: int,
+                 lag: int) -> tuple:
+    """The key of one rank's exchange kernel: ``vocab`` is the rank's slice (its columns), ``tp`` the ranks."""
+    return (str(loss), str(target_format), str(dtype), int(vocab), int(block_size), int(num_warps), int(tp), int(lag))
+
+
+def counts_path(folder, study: str = STUDY) -> Path:
+    """The folder's counts file (``study``: :data:`STUDY` or :data:`EXCHANGE_STUDY`)."""
+    return Path(folder) / f"{study}.csv"
 
 
 def normal_key(key) -> tuple:
@@ -55,17 +66,19 @@ def normal_key(key) -> tuple:
                      "fast_math": key[9] not in (False, "False", 0)})
 
 
-def _counted(folder, column: str) -> dict[tuple, object]:
-    """``{key: column}`` over the counts file's compiled rows where ``column`` is recorded (empty without the file or
+def _counted(folder, column: str, study: str = STUDY) -> dict[tuple, object]:
+    """``{key: column}`` over a counts file's compiled rows where ``column`` is recorded (empty without the file or
     the column)."""
-    path = counts_path(folder)
+    path = counts_path(folder, study)
     if not path.is_file():
         return {}
     frame = pd.read_csv(path)
     if column not in frame:
         return {}
     frame = frame[(frame["status"] == "ok") & frame[column].notna()]
-    return {normal_key(tuple(r[:-1])): r[-1] for r in frame[[*KEY_COLUMNS, column]].itertuples(index=False, name=None)}
+    columns, normal = (KEY_COLUMNS, normal_key) if study == STUDY else (EXCHANGE_KEY_COLUMNS,
+                                                                      lambda key: exchange_key(*key))
+    return {normal(tuple(r[:-1])): r[-1] for r in frame[[*columns, column]].itertuples(index=False, name=None)}
 
 
 def load_counted_sources(folder) -> dict[tuple, str]:
@@ -77,3 +90,8 @@ def load_counted_sources(folder) -> dict[tuple, str]:
 def load_step_counts(folder) -> dict[tuple, float]:
     """``{key: a thread's instructions a step}`` of the folder's counts file (empty without one)."""
     return {key: float(value) for key, value in _counted(folder, "step").items()}
+
+
+def load_exchange_counts(folder) -> dict[tuple, float]:
+    """``{exchange_key: a thread's instructions a step}`` of the folder's exchange counts (empty without them)."""
+    return {key: float(value) for key, value in _counted(folder, "step", EXCHANGE_STUDY).items()}
