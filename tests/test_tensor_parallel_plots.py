@@ -115,3 +115,23 @@ def test_reading_puts_measured_ratios_beside_the_bytes_ratio():
            "time; measured 0.75×" in lines[0]
     assert "tp=2 symmetric (ours) moves 1.00× the minimum per rank" in lines[0] and "measured 0.55–0.72×" in lines[0]
     assert lines[1].startswith("* **The exchange.** At most") and "4096-column chunks at 8 of 8 shapes" in lines[2]
+
+
+def test_the_link_sentence_sets_the_exchange_stores_against_each_recorded_step():
+    """The recorded H100 pair's link (measured on two H200s with as many NVLinks): each symmetric row's stores at the
+    measured rate, as a share of its recorded step; the table names every measurement and its check."""
+    from pathlib import Path
+
+    from perfutils.model.predict import link_of
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    link = link_of(data / "h100-sxm-80gb")
+    assert link is not None and link.folder == "h200" and link.links == 18
+    table = tpp.link_table(pd.read_csv(data / "h200" / "nvlink.csv"))
+    assert len(table) == 7 and set(table["check"]) == {"ok"} and table["round trip µs"].notna().sum() == 1
+    df = pd.read_csv(data / "h100-sxm-80gb" / "tensor_parallel.csv")
+    text = tpp.link_reading(df, link)
+    sym = df[df["variant"] == "tp2-symmetric"]
+    worst = (sym["bytes_sent"] / (link.store_gbps * 1e9) / (sym["ms_median"] * 1e-3)).max()
+    assert f"{100 * worst:.1f}%" in text and "NV18" in text and "data/h200/nvlink.csv" in text
+    assert tpp.link_reading(df[df["variant"] != "tp2-symmetric"], link).startswith("No symmetric")

@@ -178,6 +178,40 @@ def reading(model: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     return lines
 
 
+LINK_MEASURES = {"copy_engine": "tensor copy into the peer (copy engines)", "sm_stores": "SM stores into the peer",
+                 "summary_words": "the exchange's 8-byte words into the peer",
+                 "summary_words_local": "the same words into local memory", "round_trip": "a word's round trip"}
+
+
+def link_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The NVLink study's rows (``nvlink.csv``, ``python -m perfutils nvlink``) as a table: what moved, which way,
+    MB a launch, ms, GB/s, and the round trip in µs."""
+    figures.check_frame(rows, ["measure", "directions", "bytes", "ms_median", "gbps", "ns_per_round_trip", "status"],
+                        "rows")
+    out = pd.DataFrame({"what": rows["measure"].map(LINK_MEASURES).fillna(rows["measure"]),
+                        "directions": rows["directions"].str.replace("_", " "),
+                        "MB": rows["bytes"].where(rows["bytes"] > 0) / 1e6, "ms": rows["ms_median"],
+                        "GB/s": rows["gbps"], "round trip µs": rows["ns_per_round_trip"] / 1e3, "check": rows["status"]})
+    return out.reset_index(drop=True)
+
+
+def link_reading(df: pd.DataFrame, link) -> str:
+    """How long the symmetric design's stores into its peer (``bytes_sent``) would take alone at the rate the
+    exchange's store pattern reached over ``link`` (a ``perfutils.model.predict.Link``), against each recorded step,
+    and the link's round trip: one sentence."""
+    figures.check_frame(df, SHAPE + ["variant", "bytes_sent", "ms_median"], "df")
+    sym = df[df["variant"] == "tp2-symmetric"]
+    if sym.empty:
+        return "No symmetric-design row to set against the link."
+    alone_us = sym["bytes_sent"] / (link.store_gbps * 1e9) * 1e6
+    share = alone_us / (sym["ms_median"] * 1e3)
+    return (f"At the {link.store_gbps:.0f} GB/s the exchange's stores reached between two {link.gpu_name}s "
+            f"(NV{link.links}, data/{link.folder}/nvlink.csv), the symmetric design's stores into its peer would take "
+            f"{span(alone_us, '.0f')} µs alone a step, {span(100 * share, '.1f')}% of the recorded step "
+            f"({len(sym)} shapes). They are issued and not waited for, so they overlap the step's DRAM stream; a word "
+            f"crosses and comes back in {link.round_trip_ns / 1e3:.1f} µs.")
+
+
 def print_summary(path) -> None:
     """Print a recorded study's step times against tp=1 and issue 16's acceptance per shape (symmetric design): what
     the collection script shows after a run."""
