@@ -301,7 +301,7 @@ def _exchange_counted(config, row: dict, recorded: dict, tp: int, data_dir):
     step = load_exchange_counts(data_dir).get(key)
     if not step:
         return config
-    main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+    main = model.main_pass(config)
     passes = list(config.passes)
     passes[main] = replace(passes[main], instructions_per_step=step, step_key=())
     return replace(config, passes=tuple(passes))
@@ -382,7 +382,7 @@ def _link_columns(config, pred, gpu: model.Gpu) -> dict:
     read (LAG_STEPS predicted steps of the pass that sends them), and where the link was measured."""
     if pred is None or not config.exchange_link_bytes or gpu.link is None:
         return {}
-    main = max(config.passes, key=lambda p: p.dram_bytes)
+    main = config.passes[model.main_pass(config)]
     return {"link_mb": config.exchange_link_bytes / 1e6, "nvlink_ms": pred.breakdown.get("nvlink", 0.0),
             "predicted_without_link_ms": model.predict(config, replace(gpu, link=None)).ms,
             "link_gbps": gpu.link.store_gbps, "round_trip_us": gpu.link.round_trip_ns / 1e3,
@@ -467,7 +467,9 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
                  f"pattern reached between {after['link_measured_on']}; they overlap the DRAM stream (without them "
                  f"{after['predicted_without_link_ms']:.4f} ms). A word crosses and comes back in "
                  f"{after['round_trip_us']:.1f} us, and a row's summaries are read {model.LAG_STEPS} steps "
-                 f"({after['lag_us']:.0f} us predicted) after they are sent, so no wait is costed")
+                 f"({after['lag_us']:.0f} us predicted) after they are sent, "
+                 + ("so no wait is costed" if after["lag_us"] > after["round_trip_us"] else
+                    "fewer than the round trip: the model costs no wait for it, and is short by that much"))
     return shown, text + "."
 
 

@@ -785,8 +785,13 @@ def without_exchange(config: LaunchConfig) -> LaunchConfig:
     return _exchange_added(config, -config.exchange_l2_bytes, -config.exchange_link_bytes)
 
 
+def main_pass(config: LaunchConfig) -> int:
+    """The index of the pass that moves the most DRAM bytes: where a vocab-parallel rank's exchange lands."""
+    return max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+
+
 def _exchange_added(config: LaunchConfig, l2: float, link: float) -> LaunchConfig:
-    main = max(range(len(config.passes)), key=lambda i: config.passes[i].dram_bytes)
+    main = main_pass(config)
     passes = list(config.passes)
     passes[main] = replace(passes[main], l2_bytes=passes[main].l2_bytes + l2,
                            link_bytes=passes[main].link_bytes + link)
@@ -998,7 +1003,7 @@ def plain_roofline_ms(folder) -> pd.Series:
 
 __all__ = ["BOUNDS", "DEFAULT_CONSTANTS", "Gpu", "KernelPass", "LaunchConfig", "ModelConstants", "Prediction",
            "Link", "bonded_links", "check", "config_from_row", "exchange_bytes", "gpu_from_folder", "half_of",
-           "link_of", "link_seconds", "load_configurations",
+           "link_of", "link_seconds", "load_configurations", "main_pass",
            "load_spill_counts", "plain_roofline_ms", "fit_half", "predict", "spill_seconds", "spill_share_check",
            "spilling_errors", "summarize", "sweep_spearman", "with_exchange", "with_spill_counts", "without_exchange"]
 
