@@ -231,7 +231,7 @@ STEPS: tuple[PathStep, ...] = (
                         plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan"))), slice_of=2),
              before=Pick("tensor_parallel", CE + (("vocab", 131072), ("variant", "tp1-auto")),
                          plan=Pick("vocab_sweep", CE + (("vocab", 131072), ("variant", "plan")))),
-             logs=(LogExcerpt("nvlink_2026-11-29.txt", "## the study", ("GB/s", "round trip"), 7, folder="h200"),),
+             logs=(LogExcerpt("nvlink_2026-11-29.txt", "## second run", ("GB/s", "round trip"), 7, folder="h200"),),
              note="no profiler counters or log of the two-GPU kernel were recorded; tp=2 is predicted as the "
                   "kernel each rank ran (the row's recorded tile, warps, chunks and grid; its step counted offline "
                   "from today's exchange kernel: exchange_steps.csv) on its half of each row, plus the exchange "

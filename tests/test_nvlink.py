@@ -132,3 +132,17 @@ def test_the_exchange_stores_cost_nvlink_time_only_with_a_measured_link(tmp_path
     assert model.predict(both, gpu).ms <= model.predict(both, fast).ms <= model.predict(both, slow).ms
     assert model.predict(both, slow).bound == "nvlink"  # a link this slow is what binds
     assert model.without_exchange(both) == rank
+
+
+def test_a_new_recording_keeps_the_earlier_one_aside(tmp_path):
+    """Measuring the link again never loses the rows it replaces: they move to <stem>.replaced-<UTC>.*."""
+    from perfutils.studies.nvlink import keep_aside
+
+    path = tmp_path / "nvlink.csv"
+    keep_aside(path)  # nothing there: nothing to keep
+    path.write_text("measure\ncopy_engine\n")
+    path.with_suffix(".json").write_text("{}")
+    keep_aside(path)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert len(kept) == 2 and all(".replaced-" in name for name in kept)
+    assert (tmp_path / kept[0]).read_text() == "measure\ncopy_engine\n"
