@@ -94,7 +94,7 @@ for study, variants in (("benchmark", ["fused", "two_pass", "split_row", "auto"]
     meta.setdefault("forgotten", []).append({"time_utc": schema.utc_now(), "rows": int((~keep).sum()),
                                              "variants": variants, "kept_in": store.replaced_path(path, stamp).name})
     print(f"{path}: re-measuring {int((~keep).sum())} {'/'.join(variants)} rows of {len(df)} (kept: {stamp})")
-    store.write_table(df[keep], path, meta, overwrite=True)
+    store.write_table(df[keep], path, meta, overwrite=True, keep_old=False)  # kept whole above
 PY
     ;;
   ncu-split-row)  # Nsight Compute sections (speed of light, warp stalls, occupancy, memory) of the kernel

@@ -135,8 +135,9 @@ def test_the_exchange_stores_cost_nvlink_time_only_with_a_measured_link(tmp_path
 
 
 def test_a_new_recording_keeps_the_earlier_one_aside(tmp_path):
-    """Measuring the link again never loses the rows it replaces: they move to <stem>.replaced-<UTC>.*."""
-    from perfutils.studies.nvlink import keep_aside
+    """Measuring the link (or any table written with overwrite) again never loses the rows it replaces: they move to
+    <stem>.replaced-<UTC>.*."""
+    from perfutils.data.store import keep_aside
 
     path = tmp_path / "nvlink.csv"
     keep_aside(path)  # nothing there: nothing to keep

@@ -388,3 +388,20 @@ def test_collect_metadata_works_without_a_gpu():
         collect_metadata([1, 2])
     with pytest.raises(ValueError, match="parameters"):
         collect_metadata({"x": float("nan")})
+
+
+def test_a_table_written_over_keeps_the_one_it_replaces(tmp_path):
+    """write_table refuses to replace a table unless told to; told to, the earlier table and sidecar move aside to
+    <stem>.replaced-<UTC>.* (a measured table is never lost), unless the caller carried every old row over."""
+    path = tmp_path / "ceilings.csv"
+    store_module.write_table(pd.DataFrame({"value": [1.0]}), path, {"run": 1})
+    with pytest.raises(FileExistsError):
+        store_module.write_table(pd.DataFrame({"value": [2.0]}), path, {"run": 2})
+    store_module.write_table(pd.DataFrame({"value": [2.0]}), path, {"run": 2}, overwrite=True)
+    kept = sorted(p.name for p in tmp_path.glob("ceilings.replaced-*"))
+    assert len(kept) == 2 and pd.read_csv(tmp_path / kept[0])["value"].tolist() == [1.0]
+    assert json.loads((tmp_path / kept[1]).read_text())["run"] == 1
+    assert pd.read_csv(path)["value"].tolist() == [2.0]
+    store_module.write_table(pd.DataFrame({"value": [1.0, 2.0, 3.0]}), path, {"run": 3}, overwrite=True,
+                             keep_old=False)
+    assert len(list(tmp_path.glob("ceilings.replaced-*"))) == 2

@@ -33,7 +33,7 @@ from .records import csv_path, load_records, read_csv_table, read_json, sidecar_
 from .schema import (COLUMNS, CONFIG_COLUMNS, NON_EMPTY, SCHEMA_VERSION, STATUSES, DataFileError, IncompatibleDataError,
                      config_key, gpu_slug, utc_now)
 
-__all__ = ["ResultStore", "write_table"]
+__all__ = ["ResultStore", "keep_aside", "write_table"]
 
 def _format_cell(column: str, value: Any) -> str:
     """One value as CSV text; missing values are the empty string."""
@@ -129,14 +129,31 @@ def replaced_path(path: Path, stamp: str) -> Path:
     return path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}")
 
 
-def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str, Any], *, overwrite: bool = False) -> Path:
-    """Write a derived table (not a sweep: no per-row schema) and its JSON sidecar, each atomically.
+def keep_aside(path: str | os.PathLike) -> None:
+    """A recorded table and its sidecar, if there, moved to ``<stem>.replaced-<UTC>.*`` before a newer one replaces
+    them (never lost)."""
+    path = csv_path(path)
+    if path.is_file():
+        stamp = replaced_stamp(path, sidecar_path(path))
+        for old in (path, sidecar_path(path)):
+            if old.is_file():
+                old.rename(replaced_path(old, stamp))
 
-    Refuses to replace an existing file unless ``overwrite=True``.
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str, Any], *, overwrite: bool = False,
+                keep_old: bool = True) -> Path:
+    """Write a table that is not a sweep (no per-row schema: ceilings, a study's summary, a derived table) and its
+    JSON sidecar, each atomically.
+
+    Refuses to replace an existing file unless ``overwrite=True``; then the old file and sidecar move aside to
+    ``<stem>.replaced-<UTC>.*`` (:func:`keep_aside`), unless ``keep_old=False`` (the caller carries every old row into
+    the new table, or kept the file itself).
     """
     path = csv_path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists: not overwriting recorded data (pass overwrite=True to replace it)")
+    if keep_old:
+        keep_aside(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, df.to_csv(index=False).encode())
     _atomic_write(sidecar_path(path), json.dumps(dict(metadata), indent=2, sort_keys=True, default=str).encode())
@@ -439,7 +456,7 @@ def forget_rows(path, variants: Iterable[str], tokens: Iterable[int] | None = No
         "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
         **({"losses": losses} if losses is not None else {}),
         "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
-    write_table(frame[~drop], path, meta, overwrite=True)
+    write_table(frame[~drop], path, meta, overwrite=True, keep_old=False)  # the whole file is kept above
     log(f"{path}: {int(drop.sum())} rows of {variants} taken out to be measured again (the whole file kept in "
         f"{kept.name})")
     return kept

@@ -278,7 +278,7 @@ def _write_counts(folder, study, key_columns, normal, keys, count, log) -> Path:
     meta = metadata.collect_metadata({"rows": ROWS,
                                       "source": "perfutils.model.offline_counts.write_step_counts"})
     meta.update(study=study, target="sm_90, offline (no GPU): the counts hold for every sm_90 GPU")
-    store.write_table(frame, path, meta, overwrite=True)
+    store.write_table(frame, path, meta, overwrite=True, keep_old=False)  # every old row is in the new file
     return path
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .tensor_parallel import NO_MULTICAST_ENV, free_port, gpu_topology, rank_group
 
-__all__ = ["COLUMNS", "STUDY", "DEFAULTS", "keep_aside", "main"]
+__all__ = ["COLUMNS", "STUDY", "DEFAULTS", "main"]
 
 STUDY = "nvlink"
 COLUMNS = ["measure", "directions", "bytes", "ms_median", "ms_p20", "ms_p80", "gbps", "ns_per_round_trip", "status",
@@ -223,18 +223,6 @@ def measure(rank, group, device, options: dict, log=print) -> list[dict]:
     return rows
 
 
-def keep_aside(path: Path) -> None:
-    """An earlier recording of the study and its sidecar, moved to ``<stem>.replaced-<UTC>.*`` (never lost)."""
-    from ..data.records import sidecar_path
-    from ..data.store import replaced_path, replaced_stamp
-
-    if path.is_file():
-        stamp = replaced_stamp(path, sidecar_path(path))
-        for old in (path, sidecar_path(path)):
-            if old.is_file():
-                old.rename(replaced_path(old, stamp))
-
-
 def _worker(rank: int, world_size: int, port: int, args: dict) -> None:
     with rank_group(rank, world_size, port, args["device"]) as (group, device):
         _run(rank, group, device, args)
@@ -264,9 +252,7 @@ def _run(rank, group, device, args) -> None:
             "topology": gpu_topology() if on_gpu else None, "environment": NO_MULTICAST_ENV,
             "method": "two processes, one a GPU, buffers of kernels.peer_memory; CUDA events, median of reps "
                       "launches each after a barrier; both_ways: the slower rank's time a launch"}
-    path = data_path(args["out"], gpu, STUDY)
-    keep_aside(path)
-    write_table(frame, path, meta, overwrite=True)
+    path = write_table(frame, data_path(args["out"], gpu, STUDY), meta, overwrite=True)  # the earlier one kept aside
     print(f"wrote {path} ({len(frame)} rows, {int((frame['status'] != 'ok').sum())} failed their check)", flush=True)
 
 
