@@ -34,7 +34,7 @@ import pandas as pd
 from .model import predict as model
 from .model.roofline import loss_cost
 from .model.spill_counts import SpillCount, resident_stack_bytes, spill_key
-from .model.step_counts import exchange_key, load_exchange_counts, load_step_counts
+from .model.step_counts import exchange_key_of_row, load_exchange_counts, load_step_counts
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -289,16 +289,14 @@ def predict_row(row: dict, gpu: model.Gpu, data_dir=None, pick: Pick | None = No
         chunks = (recorded or {}).get("num_chunks")
         config = model.with_exchange(config, tp=pick.slice_of, num_chunks=int(chunks) if chunks else None)
         if ran is not None and data_dir is not None:
-            config = _exchange_counted(config, row, recorded, pick.slice_of, data_dir)
+            config = _exchange_counted(config, row, data_dir)
     return None if config is None else (config, model.predict(config, gpu))
 
 
-def _exchange_counted(config, row: dict, recorded: dict, tp: int, data_dir):
+def _exchange_counted(config, row: dict, data_dir):
     """A rank's pass with the step of the kernel it ran, the symmetric design's exchange kernel, as the folder's
     offline counts hold it (``exchange_steps.csv``: ``python -m perfutils step-counts``); unchanged without them."""
-    key = exchange_key(row["loss"], row["target_format"], row["dtype"], int(row["vocab"]) // tp,
-                       recorded["block_size"], recorded["num_warps"], tp, recorded.get("lag", model.LAG_STEPS))
-    step = load_exchange_counts(data_dir).get(key)
+    step = load_exchange_counts(data_dir).get(exchange_key_of_row(row))
     if not step:
         return config
     main = model.main_pass(config)

@@ -206,22 +206,14 @@ def count_exchange_step(key: tuple) -> dict:
 
 
 def exchange_step_keys(folder) -> list[tuple]:
-    """The exchange keys of the folder's recorded two-GPU symmetric-design rows (``tensor_parallel.csv``: each
-    row's recorded configuration, on its rank's slice), sorted."""
-    import json
-
+    """The exchange keys of the folder's recorded two-GPU symmetric-design rows (``tensor_parallel.csv``:
+    :func:`perfutils.model.step_counts.exchange_key_of_row`), sorted."""
     path = Path(folder) / "tensor_parallel.csv"
     if not path.is_file():
         return []
     frame = pd.read_csv(path)
-    keys = set()
-    for row in frame[frame["variant"].astype(str).str.startswith("tp2-symmetric")].to_dict("records"):
-        config = json.loads(row["config"]) if isinstance(row.get("config"), str) else {}
-        if config.get("block_size") and config.get("num_warps"):
-            tp = int(row.get("tp") or 2)
-            keys.add(step_counts.exchange_key(row["loss"], row["target_format"], row["dtype"], int(row["vocab"]) // tp,
-                                              config["block_size"], config["num_warps"], tp, config.get("lag", 2)))
-    return sorted(keys)
+    rows = frame[frame["variant"].astype(str).str.startswith("tp2-symmetric")].to_dict("records")
+    return sorted({key for key in map(step_counts.exchange_key_of_row, rows) if key})
 
 
 def lagged_step_keys(folder) -> list[tuple]:
@@ -240,20 +232,19 @@ def write_step_counts(folder, log=print) -> list[Path]:
     :func:`perfutils.data.metadata.sources_digest`; empty in rows counted before it was recorded). After a kernel
     change, remove the file to count every key again. Returns the counts files (the exchange's where the folder
     recorded two-GPU rows)."""
-    paths = [_write_counts(folder, step_counts.STUDY, step_counts.KEY_COLUMNS, step_counts.normal_key,
-                           lagged_step_keys(folder), count_lagged_step, log)]
+    paths = [_write_counts(folder, step_counts.STUDY, lagged_step_keys(folder), count_lagged_step, log)]
     exchange = exchange_step_keys(folder)
     if exchange:
-        paths.append(_write_counts(folder, step_counts.EXCHANGE_STUDY, step_counts.EXCHANGE_KEY_COLUMNS,
-                                   lambda key: step_counts.exchange_key(*key), exchange, count_exchange_step, log))
+        paths.append(_write_counts(folder, step_counts.EXCHANGE_STUDY, exchange, count_exchange_step, log))
     return paths
 
 
-def _write_counts(folder, study, key_columns, normal, keys, count, log) -> Path:
+def _write_counts(folder, study, keys, count, log) -> Path:
     from ..data import metadata, store
     from ..data.schema import utc_now
 
     sources = metadata.sources_digest()  # the kernels these compiles import: a row counts this version of them
+    key_columns, normal = step_counts.KEYS[study]
     path = step_counts.counts_path(folder, study)
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=key_columns)
     have = {normal(r) for r in old[list(key_columns)].itertuples(index=False, name=None)}

@@ -54,6 +54,26 @@ def exchange_key(loss: str, target_format: str, dtype: str, vocab: int, block_si
     return (str(loss), str(target_format), str(dtype), int(vocab), int(block_size), int(num_warps), int(tp), int(lag))
 
 
+def normal_exchange_key(key) -> tuple:
+    """An exchange key read back from its counts file, as :func:`exchange_key` gives it."""
+    return exchange_key(*key)
+
+
+def exchange_key_of_row(row: dict) -> tuple | None:
+    """The exchange key of a recorded two-GPU symmetric-design row (``tensor_parallel.csv``: its ``config``, the plan
+    each rank ran on its slice of ``vocab / tp`` columns); None where the row did not record its plan."""
+    import json
+
+    from kernels.vocab_parallel_exchange import LAG_STEPS
+
+    config = json.loads(row["config"]) if isinstance(row.get("config"), str) else {}
+    if not (config.get("block_size") and config.get("num_warps")):
+        return None
+    tp = int(row.get("tp") or 2)
+    return exchange_key(row["loss"], row["target_format"], row["dtype"], int(row["vocab"]) // tp,
+                        config["block_size"], config["num_warps"], tp, config.get("lag", LAG_STEPS))
+
+
 def counts_path(folder, study: str = STUDY) -> Path:
     """The folder's counts file (``study``: :data:`STUDY` or :data:`EXCHANGE_STUDY`)."""
     return Path(folder) / f"{study}.csv"
@@ -76,9 +96,12 @@ def _counted(folder, column: str, study: str = STUDY) -> dict[tuple, object]:
     if column not in frame:
         return {}
     frame = frame[(frame["status"] == "ok") & frame[column].notna()]
-    columns, normal = (KEY_COLUMNS, normal_key) if study == STUDY else (EXCHANGE_KEY_COLUMNS,
-                                                                      lambda key: exchange_key(*key))
+    columns, normal = KEYS[study]
     return {normal(tuple(r[:-1])): r[-1] for r in frame[[*columns, column]].itertuples(index=False, name=None)}
+
+
+# Each counts file's key columns and how a key read back from it is made whole again.
+KEYS = {STUDY: (KEY_COLUMNS, normal_key), EXCHANGE_STUDY: (EXCHANGE_KEY_COLUMNS, normal_exchange_key)}
 
 
 def load_counted_sources(folder) -> dict[tuple, str]:

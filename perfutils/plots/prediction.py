@@ -408,9 +408,10 @@ def counts_reading(frame: pd.DataFrame) -> str:
     start = f"{len(counted)} of the {len(frame)} configurations take a lagged step counted offline"
     if not named.any():
         return start + "; the counts name no kernel sources (counted before the counts file recorded them)."
-    same = named & (counted["counted_kernels"] == counted["kernels"])
-    other = named & counted["kernels"].notna() & ~same
-    unknown = named & counted["kernels"].isna()
+    from ..provenance import source_match
+
+    same, other, unknown = source_match(counted["counted_kernels"], counted["kernels"])
+    unknown &= named  # counts that name no sources are told apart below
     parts = [f"{int(same.sum())} ran the kernel sources their counts were compiled from",
              f"{int(other.sum())} ran other sources (their counts are of other kernels)" if other.any() else "",
              f"{int(unknown.sum())} ran sources the history cannot tell" if unknown.any() else "",
