@@ -241,26 +241,34 @@ def sessions(meta: dict) -> list[dict]:
     return [meta, *(meta.get("sessions") or [])]
 
 
-def _covers(session: dict, variant, tokens) -> bool:
-    """Whether ``session``'s parameters allow a row of ``variant`` at ``tokens`` (unknown parameters allow any)."""
+def _in_list(listed, value) -> bool:
+    """Whether ``value`` is among a session parameter's list (a parameter not recorded, or not a list, allows any)."""
+    if not listed or value is None or isinstance(listed, (str, int)):
+        return True
+    try:
+        return int(value) in {int(item) for item in listed}
+    except (TypeError, ValueError):
+        return True
+
+
+def _covers(session: dict, variant, tokens, vocab=None, dtype=None) -> bool:
+    """Whether ``session``'s parameters allow a row of ``variant`` at ``tokens`` × ``vocab`` in ``dtype`` (unknown
+    parameters allow any). The vocabularies and dtype tell apart processes that ran side by side on several GPUs,
+    each over its own part of the grid."""
     parameters = session.get("parameters") or {}
     cases = parameters.get("cases")
     if cases and variant is not None and str(variant) not in {str(c[0] if isinstance(c, (list, tuple)) else c)
                                                              for c in cases}:
         return False
-    counts = parameters.get("tokens")
-    if counts and tokens is not None and not isinstance(counts, (str, int)):
-        try:
-            return int(tokens) in {int(t) for t in counts}
-        except (TypeError, ValueError):
-            return True
-    return True
+    if dtype is not None and isinstance(parameters.get("dtype"), str) and parameters["dtype"] != str(dtype):
+        return False
+    return _in_list(parameters.get("tokens"), tokens) and _in_list(parameters.get("vocab"), vocab)
 
 
 def row_sessions(df, meta: dict):
     """For each row of ``df``, the index into :func:`sessions` of the process that recorded it: the latest that
-    started at or before the row's ``timestamp_utc`` and whose parameters cover the row's variant and token count;
-    -1 where none does (or the row has no time). A pandas Series aligned with ``df``."""
+    started at or before the row's ``timestamp_utc`` and whose parameters cover the row's variant, token count,
+    vocabulary and dtype; -1 where none does (or the row has no time). A pandas Series aligned with ``df``."""
     import pandas as pd
 
     starts = [(str(s.get("timestamp_utc") or s.get("time_utc") or ""), i) for i, s in enumerate(sessions(meta))]
@@ -269,12 +277,14 @@ def row_sessions(df, meta: dict):
     stamps = df["timestamp_utc"] if "timestamp_utc" in df else pd.Series([None] * len(df), index=df.index)
     variants = df["variant"] if "variant" in df else pd.Series([None] * len(df), index=df.index)
     tokens = df["tokens"] if "tokens" in df else pd.Series([None] * len(df), index=df.index)
+    vocabs = df["vocab"] if "vocab" in df else pd.Series([None] * len(df), index=df.index)
+    dtypes = df["dtype"] if "dtype" in df else pd.Series([None] * len(df), index=df.index)
     all_sessions = sessions(meta)
-    for stamp, variant, count in zip(stamps, variants, tokens):
+    for stamp, variant, count, vocab, dtype in zip(stamps, variants, tokens, vocabs, dtypes):
         index = -1
         if isinstance(stamp, str) and stamp:
             for start, i in reversed(starts):
-                if start <= stamp and _covers(all_sessions[i], variant, count):
+                if start <= stamp and _covers(all_sessions[i], variant, count, vocab, dtype):
                     index = i
                     break
         found.append(index)

@@ -99,6 +99,27 @@ def test_rows_find_the_process_that_recorded_them():
     assert provenance.row_commits(rows(), meta).tolist() == ["OLD", "OLD", "OLD", "NEW", None]
 
 
+def test_rows_of_processes_side_by_side_find_their_own():
+    """Processes that ran at once on several GPUs, each over its own vocabularies (and one in another dtype): a row
+    belongs to the one whose parameters cover its vocabulary and dtype, not to the latest that started."""
+    meta = {"timestamp_utc": "2026-11-29T19:27:20Z", "gpu_uuid": "gpu-0",
+            "parameters": {"cases": [["public", None, None]], "tokens": [4096], "vocab": [32000, 128256],
+                           "dtype": "bf16"},
+            "sessions": [{"timestamp_utc": "2026-11-29T19:27:22Z", "gpu_uuid": "gpu-1",
+                          "parameters": {"cases": [["public", None, None]], "tokens": [4096], "vocab": [32768],
+                                         "dtype": "bf16"}},
+                         {"timestamp_utc": "2026-11-29T19:27:24Z", "gpu_uuid": "gpu-0",
+                          "parameters": {"cases": [["public", None, None]], "tokens": [4096], "vocab": [32000],
+                                         "dtype": "fp32"}}]}
+    frame = pd.DataFrame([
+        dict(variant="public", tokens=4096, vocab=32000, dtype="bf16", timestamp_utc="2026-11-29T19:28:00Z"),
+        dict(variant="public", tokens=4096, vocab=32768, dtype="bf16", timestamp_utc="2026-11-29T19:28:01Z"),
+        dict(variant="public", tokens=4096, vocab=32000, dtype="fp32", timestamp_utc="2026-11-29T19:28:02Z"),
+        dict(variant="public", tokens=4096, vocab=50257, dtype="bf16", timestamp_utc="2026-11-29T19:28:03Z"),
+    ])
+    assert provenance.row_sessions(frame, meta).tolist() == [0, 1, 2, -1]
+
+
 def test_code_note_of_a_file_says_whether_its_kernels_are_todays(history):
     root, old, new = history
     same = provenance.code_note("the counts", {"code_commit": new[:7], "timestamp_utc": "2026-11-27T00:00:00Z"},

@@ -482,3 +482,32 @@ def test_copy_bandwidth_from_a_ceilings_file(tmp_path):
         measurer.read_copy_gbps(yaml_path)
     with pytest.raises(FileNotFoundError):
         measurer.read_copy_gbps(tmp_path / "none.csv")
+
+
+def test_a_long_first_call_is_followed_by_an_idle_gpu_before_timing(store):
+    """A first call that searched or compiled leaves the GPU after a burst of work: the measurer idles it for
+    settle_ms before timing (not after a short first call, not with settle_ms 0)."""
+    events = []
+
+    def bench(fn, **_):
+        events.append("bench")
+        return fake_bench(fn, warmup_ms=1, rep_ms=1, flush_l2=True)
+
+    def measure_with(first_ms, **settings):
+        events.clear()
+        spec = load_config(config(tokens=40, vocab=200, variant="fused", loss="cross_entropy",
+                                  target_format="labels", **settings))
+        backend = TimingBackend(bench, lambda fn: (fn(), first_ms), None, lambda ms: events.append(("settle", ms)))
+        measure_one = GpuMeasurer(spec, device="cpu", prepare=lambda logits, target, **k: FakePlan(
+            logits, target, k["loss"], k["target_format"]), reference=reference_rows, backend=backend,
+            cost=lambda *a: 1, copy_gbps=1.0, log=quiet)
+        row = measure_one(plan_configs(spec)[0])
+        assert row["status"] == "ok"
+        return list(events)
+
+    assert measure_with(measurer.SETTLE_AFTER_MS + 1) == [("settle", sweep_config.SETTLE_MS), "bench"]
+    assert measure_with(measurer.SETTLE_AFTER_MS - 1) == ["bench"]
+    assert measure_with(5000.0, settle_ms=250) == [("settle", 250.0), "bench"]
+    assert measure_with(5000.0, settle_ms=0) == ["bench"]
+    with pytest.raises(ValueError, match="settle_ms"):
+        load_config(config(settle_ms=-1))

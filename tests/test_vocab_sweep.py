@@ -688,6 +688,36 @@ def test_autograd_ratio_compares_only_rows_one_process_measured(tmp_path):
     assert plots.autograd_line(ratios[~ratios["side_by_side"]]) is None
 
 
+def test_public_over_plan_names_the_cells_a_timing_moment_slowed():
+    """The public call over its own plan where one process timed both; a cell over 1.05x whose host share is small
+    and whose public row followed a long first call is named with that reading; a plan of another process gives no
+    ratio."""
+    from perfutils.plots import vocab_sweep as plots
+
+    cases = {"cases": [["public", None, None], ["plan", None, None]], "tokens": [16384]}
+    meta = {"timestamp_utc": "2026-11-29T19:00:00Z", "parameters": cases,
+            "sessions": [{"timestamp_utc": "2026-11-29T20:00:00Z", "parameters": cases}]}
+    rows = []
+    for variant, vocab, ms, first, stamp in [("public", 131072, 4.5, 800.0, "2026-11-29T19:01:00Z"),
+                                             ("plan", 131072, 4.0, 3.0, "2026-11-29T19:01:02Z"),
+                                             ("public", 32000, 1.0, 600.0, "2026-11-29T19:02:00Z"),
+                                             ("plan", 32000, 1.0, 2.0, "2026-11-29T19:02:01Z"),
+                                             ("public", 65536, 2.0, 600.0, "2026-11-29T19:03:00Z"),
+                                             ("plan", 65536, 1.5, 2.0, "2026-11-29T20:03:00Z")]:
+        rows.append(dict(loss="forward_kl", target_format="logits", variant=variant, dtype="bf16", tokens=16384,
+                         vocab=vocab, ms_median=ms, pct_of_copy=70.0, status="ok", gpu_name=H100,
+                         timestamp_utc=stamp, host_us_per_call=20.0, compile_ms=first))
+    gaps = plots.public_over_plan(pd.DataFrame(rows), meta)
+    assert gaps["vocab"].tolist() == [32000, 131072]  # 65536's plan ran in the later process
+    assert gaps["public_over_plan"].tolist() == pytest.approx([1.0, 1.125])
+    line = plots.plan_gap_line(gaps)
+    assert "1.00–1.12× over 2 cells; over 1.05× at 1: forward_kl 16384 × 131072 1.12×." in line
+    assert "host time is at most 0.5% of the plan's time" in line and "first call of 800 ms or more" in line
+    assert "its cell after one of 3 ms at most" in line
+    assert plots.plan_gap_line(gaps[gaps["vocab"] == 32000]).endswith("none over 1.05×.")
+    assert plots.plan_gap_line(gaps.iloc[0:0]) is None
+
+
 def test_autograd_line_leads_with_the_latest_measurement_when_one_day_holds_two_commits():
     """Two side-by-side measurements on one day, of two commits: the sentence leads with the later one (it once
     picked by day alone, and named the earlier commit's cells as the latest)."""
@@ -748,15 +778,18 @@ def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floor
 
 
 def test_the_table_says_which_providers_shared_a_process_and_a_gpu():
-    """The H200's public call was measured again on its own (2026-11-29): the line says it shared neither a process
-    nor a GPU with a peer, where Fast-LLM and Liger did with each other."""
+    """The H200's grid of 2026-11-29 ran four processes side by side, one a GPU, each over its own vocabularies: the
+    project's three forms in one process, then the peers in another on the same GPU, Liger on another machine. The
+    line says which shared a process and which only a GPU (a row found its own process among those side by side)."""
     from perfutils.plots.summary import timed_apart_line
 
     path = Path(__file__).resolve().parent.parent / "data" / "h200" / "vocab_sweep.csv"
     df = load_records(path)
     line = timed_apart_line(df, df.attrs["metadata"], 4096)
-    assert line.startswith("At 4096 tokens, timed in one process: fast_llm with liger; on one GPU: fast_llm with liger")
-    assert "public with" not in line and "with public" not in line
+    assert line.startswith("At 4096 tokens, timed in one process: fast_llm with torch_compile, plan with public, "
+                           "plan with public_autograd, public with public_autograd; on one GPU: ")
+    shared_gpu = line.split("on one GPU: ")[1]
+    assert "fast_llm with public," in shared_gpu and "liger" not in line
     assert timed_apart_line(df[df["variant"] == "public"], df.attrs["metadata"], 4096) is None
 
 
@@ -769,7 +802,7 @@ def test_the_two_gpu_sentence_says_when_the_cells_ran_other_kernels():
     h100, h200 = (load_records(data / gpu / "vocab_sweep.csv") for gpu in ("h100-sxm-80gb", "h200"))
     assert "holds the code's changes as well as the GPUs'" in gpu_comparison_line(h100, h200)
     bare = gpu_comparison_line(pd.DataFrame(h100), pd.DataFrame(h200))  # a copy without attrs: no sidecar
-    assert "0 ran identical kernel sources on both GPUs, 0 different ones and 68 sources the history cannot" in bare
+    assert "0 ran identical kernel sources on both GPUs, 0 different ones and 204 sources the history cannot" in bare
     same = {"kernel_sources": "one-digest", "timestamp_utc": "2000-01-01T00:00:00Z"}
     h100.attrs["metadata"], h200.attrs["metadata"] = dict(same), dict(same)
     assert "kernel sources" not in gpu_comparison_line(h100, h200)

@@ -32,7 +32,7 @@ import pandas as pd
 from ..data.schema import DTYPE_BYTES, error_text, torch_dtype
 from .sweep_config import IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs
 
-__all__ = ["GpuMeasurer", "TimingBackend", "read_copy_gbps", "kernels_reference_rows", "print_now"]
+__all__ = ["GpuMeasurer", "TimingBackend", "SETTLE_AFTER_MS", "read_copy_gbps", "kernels_reference_rows", "print_now"]
 
 
 def print_now(line: str) -> None:
@@ -47,12 +47,13 @@ class TimingBackend:
     bench: Callable[..., Any]
     first_call_ms: Callable[[Callable[[], Any]], tuple[Any, float]]
     peak_memory_above: Callable[[Callable[[], Any]], int] | None
+    settle: Callable[[float], None] | None = None  # idle the GPU for so many ms (timing.settle)
 
     @classmethod
     def cuda(cls) -> "TimingBackend":
         from . import timing
 
-        return cls(timing.bench, timing.first_call_ms, timing.peak_memory_above)
+        return cls(timing.bench, timing.first_call_ms, timing.peak_memory_above, timing.settle)
 
     @classmethod
     def dry_run(cls) -> "TimingBackend":
@@ -61,6 +62,14 @@ class TimingBackend:
 
         return cls(lambda fn, **_: (fn(), BenchResult(1.0, 1.0, 1.0))[1], lambda fn: (fn(), 0.0), None)
 
+
+# A first call this long ran a first-call search or compiles: the GPU may have spent a second or more at full load.
+# On an H200 the configuration timed right after such a call (the public call, first of its cell) ran 1.03-1.21x
+# the same kernels timed a second later (the plan, the autograd form) at 16384-token cells, with a wide p20-p80
+# spread, while rounds of 125 ms timings separated by idle moments agreed within 1% and a sustained 500 ms timing
+# ran 5-7% slower with the power cap active (data/h200/logs/vocab_sweep_2026-11-29b.txt). So such a timing starts
+# after spec.settle_ms of idle GPU, as every later configuration of a cell does.
+SETTLE_AFTER_MS = 100.0
 
 _COPY_CEILINGS = ("dram_copy_torch", "dram_copy_triton")  # perfutils.studies.ceilings rows, preferred first
 
@@ -319,6 +328,8 @@ class GpuMeasurer:
         (loss, grad), compile_ms = self.backend.first_call_ms(plan.run)
         loss_err, grad_err = self._errors(point, inputs, reference, loss, grad)
         del loss, grad
+        if self.spec.settle_ms and compile_ms >= SETTLE_AFTER_MS and self.backend.settle is not None:
+            self.backend.settle(self.spec.settle_ms)
         timing = self.backend.bench(plan.run, warmup_ms=self.spec.warmup_ms, rep_ms=self.spec.rep_ms, flush_l2=self.spec.flush_l2)
         peak = self.backend.peak_memory_above(plan.run) if self.backend.peak_memory_above is not None else None
         if peak is not None:  # buffers a plan allocated up front (gradient, workspaces) count too

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-__all__ = ["BenchResult", "bench", "first_call_ms", "peak_memory_above", "rel_err", "copy_bandwidth_gbps"]
+__all__ = ["BenchResult", "bench", "first_call_ms", "settle", "peak_memory_above", "rel_err", "copy_bandwidth_gbps"]
 
 _QUANTILES = [0.5, 0.2, 0.8]
 
@@ -131,6 +131,16 @@ def first_call_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
     result = fn()
     sync()
     return result, (time.perf_counter() - start) * 1e3
+
+
+def settle(ms: float) -> None:
+    """Leave the GPU idle for ``ms`` milliseconds once its queued work is done, so that a timing does not start in
+    the power state a long burst of work left (see :data:`perfutils.measure.measurer.SETTLE_AFTER_MS`)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    time.sleep(ms / 1e3)
 
 
 def peak_memory_above(fn: Callable[[], Any]) -> int:

@@ -143,7 +143,7 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
                       grid: bool = True) -> list[str]:
     """The source line, then with ``grid`` the worst cells of the whole grid, the autograd form against the plain call
     where one process measured both, and the quoted quack figures beside the public call."""
-    from .vocab_sweep import autograd_line, autograd_ratio, worst_cells
+    from .vocab_sweep import autograd_line, autograd_ratio, plan_gap_line, public_over_plan, worst_cells
 
     copy = meta.get("copy_gbps")
     fast_llm = _peer_versions(df, "fast_llm")
@@ -172,6 +172,9 @@ def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: 
     autograd = autograd_line(autograd_ratio(df, meta, dtype=dtype))
     if autograd:
         lines.append(autograd)
+    gap = plan_gap_line(public_over_plan(df, meta, dtype=dtype))
+    if gap:
+        lines.append(gap)
     quack = quack_line(df, gpu_dir, dtype)
     if quack:
         lines.append(quack)

@@ -306,6 +306,62 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
                  "day", "autograd_time", "side_by_side"]]
 
 
+def public_over_plan(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
+    """Per (loss, tokens, vocab) where one process timed both: the public call's time over its own plan's (the
+    kernel-only ``plan`` provider: the same kernels, no allocations, no host work), with what could explain a gap:
+    the public call's host time a call as a share of the plan's time, and its first call's milliseconds (a first
+    call that searched or compiled left the GPU after a burst of work just before the timing)."""
+    from ..provenance import row_sessions
+
+    columns = ["loss_label", "tokens", "vocab", "public_ms", "plan_ms", "public_over_plan", "host_share", "first_ms",
+               "plan_first_ms"]
+    rows = measured(df, dtype=dtype)
+    rows = rows[rows["provider"].isin(["public", "plan"])]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    rows = rows.assign(session=row_sessions(rows, meta))
+    keys = ["loss_label", "tokens", "vocab"]
+    if "compile_ms" not in rows:
+        rows = rows.assign(compile_ms=np.nan)
+    public = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)
+    plan = rows[rows["provider"] == "plan"].drop_duplicates(keys, keep="last").set_index(keys)
+    both = public.join(plan[["ms_median", "session", "compile_ms"]].add_prefix("plan_"), how="inner")
+    both = both[(both["session"] == both["plan_session"]) & (both["session"] >= 0)].reset_index()
+    both = both.rename(columns={"ms_median": "public_ms", "plan_ms_median": "plan_ms"})
+    both["public_over_plan"] = both["public_ms"] / both["plan_ms"]
+    host = both["host_us_per_call"] if "host_us_per_call" in both else np.nan
+    both["host_share"] = host / 1e3 / both["plan_ms"]
+    both["first_ms"], both["plan_first_ms"] = both["compile_ms"], both["plan_compile_ms"]
+    return both.sort_values(["tokens", "vocab", "loss_label"]).reset_index(drop=True)[columns]
+
+
+def plan_gap_line(gaps: pd.DataFrame, over: float = 1.05, shown: int = 4) -> str | None:
+    """One sentence from :func:`public_over_plan`: the ratio's range, then the cells over ``over`` with what the
+    data say of them: whether the host's share explains the gap, and whether each public row followed a longer first
+    call than every plan row there (a search just before its timing). None without a cell."""
+    if gaps.empty:
+        return None
+    text = (f"The public call over its own plan (kernel-only: the same kernels without allocations or host work), "
+            f"both timed by one process: {span(gaps['public_over_plan'])}× over {len(gaps)} cells")
+    high = gaps[gaps["public_over_plan"] > over].sort_values("public_over_plan", ascending=False)
+    if high.empty:
+        return text + f"; none over {over:.2f}×."
+    cells = ", ".join(f"{r.loss_label} {r.tokens} × {r.vocab} {r.public_over_plan:.2f}×"
+                      for r in high.head(shown).itertuples())
+    more = f" and {len(high) - shown} more" if len(high) > shown else ""
+    text += f"; over {over:.2f}× at {len(high)}: {cells}{more}."
+    if (high["host_share"] < over - 1).all():
+        text += (f" The host does not explain them: the public call's host time is at most "
+                 f"{100 * high['host_share'].max():.1f}% of the plan's time there.")
+    if high["first_ms"].min() > high["plan_first_ms"].max():
+        text += (f" Each of these public rows was timed right after a first call of {high['first_ms'].min():.0f} ms "
+                 "or more (a first-call search or compiles: the GPU had just run a burst of work), the plan's row of "
+                 f"its cell after one of {high['plan_first_ms'].max():.0f} ms at most: read the plan's row there for "
+                 "the kernels' time. The harness now leaves the GPU "
+                 "idle before a timing that follows such a first call (`perfutils.measure.measurer.SETTLE_AFTER_MS`).")
+    return text
+
+
 def latest_pairs(ratios: pd.DataFrame) -> pd.DataFrame:
     """The rows of :func:`autograd_ratio` measured side by side in its latest measurement (one day, one commit: the
     commit of the latest row, as one day may hold measurements of several)."""
