@@ -459,7 +459,7 @@ def test_summary_table_is_generated_from_the_data(synthetic):
     _, gpu_dir = synthetic
     text = summary.vocab_sweep_table(gpu_dir, vocabs=(32000, 131072))
     lines = text.splitlines()
-    assert lines[0].startswith("| loss × vocab | torch.compile (ms) | Fast-LLM (ms) | liger (ms) | public call (ms) | "
+    assert lines[0].startswith("| loss × vocab | torch.compile (ms) | Fast-LLM (ms) | Liger-Kernel (ms) | public call (ms) | "
                                "plan, kernel-only (ms)")
     assert lines[2].startswith("| cross_entropy (labels) 32000 | ") and lines[2].endswith("| 80% | 23 | 0 |")
     days = sorted({str(stamp)[:10] for stamp in pd.read_csv(gpu_dir / "vocab_sweep.csv")["timestamp_utc"]})

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..data.records import load_metadata, load_records
 from .sweeps import best_per_group
+from .vocab_sweep import PROVIDER_LABELS
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
     ("cross_entropy", "labels", 32768, 0.198),
@@ -71,7 +72,7 @@ def ratio_line(best) -> str:
 
 # The landing page's rows of the vocab sweep: Llama 2 / Mistral, GPT-2, Llama 3, Qwen 2, Gemma 3 vocabularies.
 HEADLINE_VOCABS = (32000, 50257, 128256, 151936, 262144)
-_PEER_COLUMNS = (("torch_compile", "torch.compile"), ("fast_llm", "Fast-LLM"), ("liger", "liger"))
+_PEER_COLUMNS = tuple((peer, PROVIDER_LABELS[peer]) for peer in ("torch_compile", "fast_llm", "liger"))
 
 
 def _ms(value) -> str:
