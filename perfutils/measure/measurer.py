@@ -32,7 +32,7 @@ import pandas as pd
 from ..data.schema import DTYPE_BYTES, error_text, torch_dtype
 from .sweep_config import IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs
 
-__all__ = ["GpuMeasurer", "TimingBackend", "SETTLE_AFTER_MS", "read_copy_gbps", "kernels_reference_rows", "print_now"]
+__all__ = ["GpuMeasurer", "TimingBackend", "SETTLE_AFTER_MS", "SETTLE_MS", "read_copy_gbps", "kernels_reference_rows", "print_now"]
 
 
 def print_now(line: str) -> None:
@@ -67,9 +67,12 @@ class TimingBackend:
 # On an H200 the configuration timed right after such a call (the public call, first of its cell) ran 1.03-1.21x
 # the same kernels timed a second later (the plan, the autograd form) at 16384-token cells, with a wide p20-p80
 # spread, while rounds of 125 ms timings separated by idle moments agreed within 1% and a sustained 500 ms timing
-# ran 5-7% slower with the power cap active (data/h200/logs/vocab_sweep_2026-11-29b.txt). So such a timing starts
-# after spec.settle_ms of idle GPU, as every later configuration of a cell does.
+# ran 5-7% slower with the power cap active (data/h200/logs/vocab_sweep_2026-11-29b.txt). So in the studies whose first
+# calls search (the vocab sweep's stages set spec.settle_ms to SETTLE_MS) such a timing starts after an idle GPU, as
+# every later configuration of a cell does. Sweeps of fixed configurations leave it off: their long first calls are
+# compiles, with the GPU idle, and a second of idle a configuration would cost their hundreds of rows minutes.
 SETTLE_AFTER_MS = 100.0
+SETTLE_MS = 1000.0
 
 _COPY_CEILINGS = ("dram_copy_torch", "dram_copy_triton")  # perfutils.studies.ceilings rows, preferred first
 

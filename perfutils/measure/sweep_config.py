@@ -15,8 +15,9 @@ file can also carry a notebook's parameters)::
     vocab: [32000, 131072]
     block_size: [1024, 4096, null] # powers of two; null = the variant's default
     num_warps: [4, 8, 16]          # powers of two 1..32; null = the variant's default
-    # optional: warmup_ms 25, rep_ms 100, flush_l2 true, settle_ms 1000 (idle GPU before timing a configuration
-    # whose first call took >= measurer.SETTLE_AFTER_MS; 0: never), copy_gbps (GB/s), ceilings (the ceilings CSV,
+    # optional: warmup_ms 25, rep_ms 100, flush_l2 true, settle_ms 0 (ms of idle GPU before timing a configuration
+    # whose first call took >= measurer.SETTLE_AFTER_MS: the studies whose first calls search set it, measurer.SETTLE_MS),
+    # copy_gbps (GB/s), ceilings (the ceilings CSV,
     # or JSON/YAML with copy_gbps; else copy bandwidth is measured at sweep start), retry_errors false,
     # ignore_fraction 0.05 (share of label rows set to ignore_index), logit_scale 2.0, prepare_kwargs {}, notes
 
@@ -65,7 +66,6 @@ _DTYPE_ALIASES = {
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
 IGNORE_INDEX = -100  # label of rows that take no part in the loss (PyTorch's default)
 
-SETTLE_MS = 1000.0  # idle GPU before timing a configuration whose first call was long (measurer.SETTLE_AFTER_MS)
 _GRID_REQUIRED = ("loss", "target_format", "variant", "dtype", "tokens", "vocab")
 _GRID_OPTIONAL = ("block_size", "num_warps")  # default [None]: the variant picks
 _SETTINGS = {
@@ -75,7 +75,7 @@ _SETTINGS = {
     "check_rows": 64,
     "warmup_ms": 25.0,
     "rep_ms": 100.0,
-    "settle_ms": SETTLE_MS,
+    "settle_ms": 0.0,
     "flush_l2": True,
     "copy_gbps": None,
     "ceilings": None,
@@ -119,7 +119,7 @@ class SweepSpec:
     grid: dict[str, tuple[Any, ...]]
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
-    settle_ms: float = SETTLE_MS
+    settle_ms: float = 0.0
     flush_l2: bool = True
     copy_gbps: float | None = None
     ceilings: Path | None = None

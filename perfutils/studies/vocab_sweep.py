@@ -295,13 +295,12 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
     """Measure a stage's missing rows; returns the study's records. ``measurer``/``extra``: stand-ins for tests
     (default: a GpuMeasurer with :class:`~perfutils.measure.host_cost.CallCosts`)."""
     from ..measure.host_cost import HOST_ROWS, CallCosts
-    from ..measure.measurer import SETTLE_AFTER_MS
-    from ..measure.sweep_config import SETTLE_MS
+    from ..measure.measurer import SETTLE_MS
     from .cases import recorded_ceilings, run_cases
 
     stage = find_stage(stage) if isinstance(stage, str) else stage
     deadline = time.monotonic() + budget_minutes * 60
-    settings = {}
+    settings = {"settle_ms": SETTLE_MS}  # the public call's first call searches: time it from an idle GPU
     if measurer is None:
         import torch
 
@@ -318,7 +317,6 @@ def run_stage(stage: Stage | str, *, out: str = "data", budget_minutes: float = 
 
     host = extra if isinstance(extra, CallCosts) else None
     parameters = {"stage": stage.name, "group": stage.group, "fast_llm": _fast_llm_parameters(),
-                  "settle": {"ms": SETTLE_MS, "after_first_call_ms": SETTLE_AFTER_MS},
                   "host_cost": {"rows": HOST_ROWS,
                                 **({"calls": host.calls, "repeats": host.repeats, "warmup_calls": host.warmup,
                                     "warmup_s": host.warmup_s} if host else {}),
