@@ -713,7 +713,10 @@ def test_public_over_plan_names_the_cells_a_timing_moment_slowed():
     line = plots.plan_gap_line(gaps)
     assert "1.00–1.12× over 2 cells; over 1.05× at 1: forward_kl 16384 × 131072 1.12×." in line
     assert "host time is at most 0.5% of the plan's time" in line and "first call of 800 ms or more" in line
-    assert "its cell after one of 3 ms at most" in line
+    assert "its cell after one of 3 ms at most" in line and "None of them was timed with the GPU idled" in line
+    meta["parameters"]["settle_ms"] = 1000.0  # the same rows from a process that idled the GPU first
+    assert "1 of them was timed with the GPU idled after the first call" in plots.plan_gap_line(
+        plots.public_over_plan(pd.DataFrame(rows), meta))
     assert plots.plan_gap_line(gaps[gaps["vocab"] == 32000]).endswith("none over 1.05×.")
     assert plots.plan_gap_line(gaps.iloc[0:0]) is None
 

@@ -32,7 +32,8 @@ import pandas as pd
 from ..data.schema import DTYPE_BYTES, error_text, torch_dtype
 from .sweep_config import IGNORE_INDEX, TOLERANCE, SweepPoint, SweepSpec, plan_configs
 
-__all__ = ["GpuMeasurer", "TimingBackend", "SETTLE_AFTER_MS", "SETTLE_MS", "read_copy_gbps", "kernels_reference_rows", "print_now"]
+__all__ = ["GpuMeasurer", "TimingBackend", "SETTLE_AFTER_MS", "SETTLE_MS", "read_copy_gbps", "kernels_reference_rows",
+           "print_now"]
 
 
 def print_now(line: str) -> None:

@@ -309,12 +309,13 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
 def public_over_plan(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
     """Per (loss, tokens, vocab) where one process timed both: the public call's time over its own plan's (the
     kernel-only ``plan`` provider: the same kernels, no allocations, no host work), with what could explain a gap:
-    the public call's host time a call as a share of the plan's time, and its first call's milliseconds (a first
-    call that searched or compiled left the GPU after a burst of work just before the timing)."""
-    from ..provenance import row_sessions
+    the public call's host time a call as a share of the plan's time, its first call's milliseconds (a first call
+    that searched left the GPU after a burst of work just before the timing), and ``settled``: whether its process
+    idled the GPU after such a first call (the sweep setting ``settle_ms``)."""
+    from ..provenance import row_sessions, sessions
 
     columns = ["loss_label", "tokens", "vocab", "public_ms", "plan_ms", "public_over_plan", "host_share", "first_ms",
-               "plan_first_ms"]
+               "plan_first_ms", "settled"]
     rows = measured(df, dtype=dtype)
     rows = rows[rows["provider"].isin(["public", "plan"])]
     if rows.empty:
@@ -332,13 +333,16 @@ def public_over_plan(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd
     host = both["host_us_per_call"] if "host_us_per_call" in both else np.nan
     both["host_share"] = host / 1e3 / both["plan_ms"]
     both["first_ms"], both["plan_first_ms"] = both["compile_ms"], both["plan_compile_ms"]
+    settle = [float((s.get("parameters") or {}).get("settle_ms") or 0) for s in sessions(meta)]
+    both["settled"] = [settle[i] > 0 for i in both["session"]]
     return both.sort_values(["tokens", "vocab", "loss_label"]).reset_index(drop=True)[columns]
 
 
 def plan_gap_line(gaps: pd.DataFrame, over: float = 1.05, shown: int = 4) -> str | None:
     """One sentence from :func:`public_over_plan`: the ratio's range, then the cells over ``over`` with what the
-    data say of them: whether the host's share explains the gap, and whether each public row followed a longer first
-    call than every plan row there (a search just before its timing). None without a cell."""
+    data say of them: whether the host's share explains the gap, whether each public row followed a longer first
+    call than every plan row there (a search just before its timing), and whether its process idled the GPU after
+    that first call. None without a cell."""
     if gaps.empty:
         return None
     text = (f"The public call over its own plan (kernel-only: the same kernels without allocations or host work), "
@@ -357,8 +361,14 @@ def plan_gap_line(gaps: pd.DataFrame, over: float = 1.05, shown: int = 4) -> str
         text += (f" Each of these public rows was timed right after a first call of {high['first_ms'].min():.0f} ms "
                  "or more (a first-call search or compiles: the GPU had just run a burst of work), the plan's row of "
                  f"its cell after one of {high['plan_first_ms'].max():.0f} ms at most: read the plan's row there for "
-                 "the kernels' time. The harness now leaves the GPU "
-                 "idle before a timing that follows such a first call (`perfutils.measure.measurer.SETTLE_AFTER_MS`).")
+                 "the kernels' time.")
+    settled = int(high["settled"].sum())
+    if settled == 0:
+        text += (" None of them was timed with the GPU idled after its first call; the vocab sweep's stages now do "
+                 "that (the sweep setting `settle_ms`, `perfutils.measure.measurer.SETTLE_AFTER_MS`).")
+    else:
+        text += (f" {settled} of them {'was' if settled == 1 else 'were'} timed with the GPU idled after the first "
+                 "call (`settle_ms`): the idle did not remove the gap there.")
     return text
 
 
