@@ -356,14 +356,16 @@ def source_match(a, b):
 
 def _provider_runs(df, meta: dict, by: str, index) -> dict:
     """Per value of ``by``: (its row mask, the sessions that recorded its rows, their GPUs' UUIDs, first 8
-    characters); ``index``: :func:`row_sessions` of ``df``."""
+    characters, their processes); ``index``: :func:`row_sessions` of ``df``. A session names its process since
+    2026-11-29 (``process``: one process may record several sessions); an older one counts as a process of its own."""
     all_sessions = sessions(meta)
     runs = {}
     for value in sorted(set(df[by])):
         rows = (df[by] == value).to_numpy()
         found = sorted({int(i) for i in index[rows] if i >= 0})
         gpus = {str(all_sessions[i]["gpu_uuid"])[:8] for i in found if all_sessions[i].get("gpu_uuid")}
-        runs[value] = (rows, found, gpus)
+        processes = {str(all_sessions[i].get("process") or f"session {i}") for i in found}
+        runs[value] = (rows, found, gpus, processes)
     return runs
 
 
@@ -378,12 +380,12 @@ def _shared(runs: dict) -> str | None:
     if len(names) < 2:
         return None
 
-    def pairs(part: int) -> str:  # part 1: the sessions, part 2: the GPUs
+    def pairs(part: int) -> str:  # part 3: the processes, part 2: the GPUs
         found = [f"{a} with {b}" for i, a in enumerate(names) for b in names[i + 1:]
                  if set(runs[a][part]) & set(runs[b][part])]
         return ", ".join(found) or "no two of them"
 
-    return f"timed in one process: {pairs(1)}; on one GPU: {pairs(2)}"
+    return f"timed in one process: {pairs(3)}; on one GPU: {pairs(2)}"
 
 
 def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
@@ -395,13 +397,13 @@ def where_rows_ran(df, meta: dict, by: str = "variant") -> list[str]:
     stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
     lines = []
     runs = _provider_runs(df, meta, by, index)
-    for value, (rows, found, gpus) in runs.items():
+    for value, (rows, found, gpus, processes) in runs.items():
         commits = sorted({str(all_sessions[i].get("code_commit") or all_sessions[i].get("git_commit") or "?")[:7]
                           for i in found})
         days = _days([s for s, r in zip(stamps, rows) if r])
         unknown = int((index[rows] < 0).sum())
-        lines.append(f"{value}: {int(rows.sum())} rows, {days or 'undated'}, {len(found)} "
-                     f"process{'es' if len(found) != 1 else ''} on GPU {', '.join(sorted(gpus)) or '?'} "
+        lines.append(f"{value}: {int(rows.sum())} rows, {days or 'undated'}, {len(processes)} "
+                     f"process{'es' if len(processes) != 1 else ''} on GPU {', '.join(sorted(gpus)) or '?'} "
                      f"(code {', '.join(commits) or '?'})" + (f"; {unknown} rows without a session" if unknown else ""))
     shared = _shared(runs)
     if shared:

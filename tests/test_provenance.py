@@ -76,6 +76,21 @@ def test_where_rows_ran_names_each_providers_processes_and_gpus():
     assert lines[2] == "Timed in one process: no two of them; on one GPU: fast_llm with public."
 
 
+def test_sessions_of_one_process_count_as_one():
+    """A process that recorded two stages (two sessions naming the same ``process``) is one process, and the providers
+    of its two stages were timed in one process; sessions that name no process count one each, as before."""
+    meta = sidecar()
+    meta["process"] = "host:1:t"
+    meta["sessions"][0]["process"] = "host:1:t"  # the peers' stage, in the first stage's process
+    lines = provenance.where_rows_ran(rows(), meta)
+    assert lines[0] == "fast_llm: 1 rows, 2026-11-23, 1 process on GPU ? (code OLD)"
+    assert lines[1].startswith("public: 4 rows, 2026-11-23 to 2026-11-27, 2 processes on GPU ?")
+    assert lines[2].startswith("Timed in one process: fast_llm with public;")
+    from perfutils.data.metadata import collect_metadata, process_id
+
+    assert collect_metadata()["process"] == process_id() == collect_metadata()["process"]
+
+
 def test_row_kernel_sources_names_the_kernels_each_row_ran(tmp_path, history):
     """Through its study's sidecar: a session's recorded digest wins, else its commit's sources; a dirty tree's
     git_commit and a row without a session give None."""

@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -185,6 +186,14 @@ def _digest(entries) -> str:
     return hashlib.sha256("".join(f"{path} {blob}\n" for path, blob in sorted(entries)).encode()).hexdigest()[:16]
 
 
+@functools.cache
+def process_id() -> str:
+    """This Python process, the same in every sidecar session it writes: host, pid and the UTC time of its first ask
+    (a pid is reused). One process may record several sessions (a vocab-sweep run walks its stages, one session
+    each), and several processes run side by side: the pages count and pair processes by this."""
+    return f"{socket.gethostname()}:{os.getpid()}:{utc_now()}"
+
+
 def sources_digest(paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT) -> str:
     """The files under ``paths`` (folders relative to ``root``) as they are on disk: a hash over each file's path and
     git blob id (``__pycache__`` left out, as git ignores it). :func:`git_sources_digest` gives the same for a
@@ -237,9 +246,9 @@ def collect_metadata(
     sm_count, l2_bytes, total_memory_bytes, driver_version, sm_clock_mhz, mem_clock_mhz,
     sm_clock_max_mhz, mem_clock_max_mhz, sm_clock_app_mhz, power_limit_w, cuda_version,
     torch_version, triton_version, python_version, platform, git_commit, git_dirty, kernel_sources
-    (:func:`sources_digest`), copy_gbps, parameters, probe_errors``; and ``code_commit`` when
-    ``$FUSED_LOSS_CODE_COMMIT`` names the commit the code came from (a ValueError when it is not a commit hash: a
-    wrong provenance is worse than none).
+    (:func:`sources_digest`), copy_gbps, parameters, process (:func:`process_id`), probe_errors``; and
+    ``code_commit`` when ``$FUSED_LOSS_CODE_COMMIT`` names the commit the code came from (a ValueError when it is not
+    a commit hash: a wrong provenance is worse than none).
     """
     code_commit = _code_commit()
     if parameters is None:
@@ -306,5 +315,6 @@ def collect_metadata(
         errors["kernel_sources"] = f"{type(exc).__name__}: {exc}"
     if code_commit is not None:
         meta["code_commit"] = code_commit
+    meta["process"] = process_id()
     meta["probe_errors"] = errors
     return meta
