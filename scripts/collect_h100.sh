@@ -79,22 +79,10 @@ PY
     # benchmark and case study (each whole file first kept as <stem>.replaced-<UTC>.*); the stages case and
     # benchmark then measure just those again and the sidecars record the new session.
     python3 - <<'PY'
-import shutil
-import pandas as pd
 import torch
-from perfutils.data import records, schema, store
-stamp = store.replaced_stamp()
+from perfutils.data import schema, store
 for study, variants in (("benchmark", ["fused", "two_pass", "split_row", "auto"]), ("case_study", ["split_row", "auto"])):
-    path = schema.data_path("data", torch.cuda.get_device_name(), study)
-    df = pd.read_csv(path)
-    keep = ~df["variant"].isin(variants)
-    for kept in (path, records.sidecar_path(path)):
-        shutil.copy2(kept, store.replaced_path(kept, stamp))
-    meta = records.load_metadata(path)
-    meta.setdefault("forgotten", []).append({"time_utc": schema.utc_now(), "rows": int((~keep).sum()),
-                                             "variants": variants, "kept_in": store.replaced_path(path, stamp).name})
-    print(f"{path}: re-measuring {int((~keep).sum())} {'/'.join(variants)} rows of {len(df)} (kept: {stamp})")
-    store.write_table(df[keep], path, meta, overwrite=True, keep_old=False)  # kept whole above
+    store.forget_rows(schema.data_path("data", torch.cuda.get_device_name(), study), variants)
 PY
     ;;
   ncu-split-row)  # Nsight Compute sections (speed of light, warp stalls, occupancy, memory) of the kernel

@@ -129,15 +129,17 @@ def replaced_path(path: Path, stamp: str) -> Path:
     return path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}")
 
 
-def keep_aside(path: str | os.PathLike) -> None:
+def keep_aside(path: str | os.PathLike) -> Path | None:
     """A recorded table and its sidecar, if there, moved to ``<stem>.replaced-<UTC>.*`` before a newer one replaces
-    them (never lost)."""
+    them (never lost). Returns where the table went (None: there was none)."""
     path = csv_path(path)
-    if path.is_file():
-        stamp = replaced_stamp(path, sidecar_path(path))
-        for old in (path, sidecar_path(path)):
-            if old.is_file():
-                old.rename(replaced_path(old, stamp))
+    if not path.is_file():
+        return None
+    stamp = replaced_stamp(path, sidecar_path(path))
+    for old in (path, sidecar_path(path)):
+        if old.is_file():
+            old.rename(replaced_path(old, stamp))
+    return replaced_path(path, stamp)
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str, Any], *, overwrite: bool = False,
@@ -147,7 +149,7 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, metadata: Mapping[str
 
     Refuses to replace an existing file unless ``overwrite=True``; then the old file and sidecar move aside to
     ``<stem>.replaced-<UTC>.*`` (:func:`keep_aside`), unless ``keep_old=False`` (the caller carries every old row into
-    the new table, or kept the file itself).
+    the new table).
     """
     path = csv_path(path)
     if path.exists() and not overwrite:
@@ -422,12 +424,10 @@ def forget_rows(path, variants: Iterable[str], tokens: Iterable[int] | None = No
                 vocabs: Iterable[int] | None = None, losses: Iterable[str] | None = None, log=print) -> Path | None:
     """Take the rows of ``variants`` (and of ``tokens``, ``dtype``, ``vocabs``, ``losses`` as "loss/target_format";
     each: all when None) out of a recorded study so its resumable runner measures them again, after a change to what
-    they measure. Nothing is lost: the whole file and its sidecar are first copied to ``<stem>.replaced-<UTC>.*``, and
-    the sidecar records what was taken out and where it is kept. Returns the copy of the CSV (None when no row
-    matched: nothing is written)."""
-    import shutil
-
-    from .records import load_metadata, sidecar_path
+    they measure. Nothing is lost: the whole file and its sidecar are first kept as ``<stem>.replaced-<UTC>.*``
+    (:func:`keep_aside`), and the sidecar records what was taken out and where it is kept. Returns the kept CSV (None
+    when no row matched: nothing is written)."""
+    from .records import load_metadata
     from .schema import utc_now
 
     path = Path(path)
@@ -446,17 +446,14 @@ def forget_rows(path, variants: Iterable[str], tokens: Iterable[int] | None = No
     if not drop.any():
         log(f"{path}: no rows of {variants} match; nothing written")
         return None
-    stamp = replaced_stamp(path, sidecar_path(path))
-    kept = replaced_path(path, stamp)
-    shutil.copy2(path, kept)
-    shutil.copy2(sidecar_path(path), replaced_path(sidecar_path(path), stamp))
     meta = load_metadata(path)
+    kept = keep_aside(path)
     meta.setdefault("forgotten", []).append({
         "time_utc": utc_now(), "rows": int(drop.sum()), "variants": variants,
         "tokens": sorted(int(t) for t in frame.loc[drop, "tokens"].unique()), "dtype": dtype,
         **({"losses": losses} if losses is not None else {}),
         "vocabs": sorted(int(v) for v in frame.loc[drop, "vocab"].unique()), "kept_in": kept.name})
-    write_table(frame[~drop], path, meta, overwrite=True, keep_old=False)  # the whole file is kept above
+    write_table(frame[~drop], path, meta)
     log(f"{path}: {int(drop.sum())} rows of {variants} taken out to be measured again (the whole file kept in "
         f"{kept.name})")
     return kept

@@ -187,15 +187,11 @@ def _power_of_two_or_none(source: str, name: str, value: Any, bounds: tuple[int,
     return int(value)
 
 
-def _positive_number(source: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        _fail(source, f"{name!r} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _non_negative_number(source: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        _fail(source, f"{name!r} must be a number >= 0, got {value!r}")
+def _positive_number(source: str, name: str, value: Any, *, zero: bool = False) -> float:
+    """A finite number > 0 (>= 0 with ``zero``: a setting that 0 turns off)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or value < 0 or (value == 0 and not zero)):
+        _fail(source, f"{name!r} must be a {'number >= 0' if zero else 'positive number'}, got {value!r}")
     return float(value)
 
 
@@ -325,7 +321,7 @@ def load_config(config: Any, *, known: KnownNames | None = None, overrides: Mapp
         grid=grid,
         warmup_ms=_positive_number(source, "warmup_ms", settings["warmup_ms"]),
         rep_ms=_positive_number(source, "rep_ms", settings["rep_ms"]),
-        settle_ms=_non_negative_number(source, "settle_ms", settings["settle_ms"]),
+        settle_ms=_positive_number(source, "settle_ms", settings["settle_ms"], zero=True),
         flush_l2=settings["flush_l2"],
         copy_gbps=copy_gbps,
         ceilings=ceilings,

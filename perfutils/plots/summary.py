@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..data.records import load_metadata, load_records
 from .sweeps import best_per_group
-from .vocab_sweep import PROVIDER_LABELS
+from .vocab_sweep import (PROVIDER_LABELS, autograd_line, autograd_ratio, cell_table, plan_gap_line, public_over_plan,
+                          worst_cells)
 
 TARGETS = [  # issue #4's table: (loss, target_format, vocab, target ms)
     ("cross_entropy", "labels", 32768, 0.198),
@@ -86,8 +87,6 @@ def vocab_sweep_table(gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16", vo
     call; then where the data comes from and, with ``grid_lines``, the whole grid's worst cells, the autograd form
     against the plain call and the quack figures (:func:`vocab_sweep_lines`; a second table of the same file leaves
     them out: they would repeat)."""
-    from .vocab_sweep import cell_table
-
     path = gpu_dir / "vocab_sweep.csv"
     df = load_records(path)
     meta = df.attrs["metadata"]  # the sidecar, read by load_records
@@ -143,9 +142,8 @@ def _peer_versions(df, peer: str) -> list[str]:
 def vocab_sweep_lines(df, meta: dict, gpu_dir: Path, tokens: int = 4096, dtype: str = "bf16",
                       grid: bool = True) -> list[str]:
     """The source line, then with ``grid`` the worst cells of the whole grid, the autograd form against the plain call
-    where one process measured both, and the quoted quack figures beside the public call."""
-    from .vocab_sweep import autograd_line, autograd_ratio, plan_gap_line, public_over_plan, worst_cells
-
+    and the plain call against its kernel-only plan where one process measured both, and the quoted quack figures
+    beside the public call."""
     copy = meta.get("copy_gbps")
     fast_llm = _peer_versions(df, "fast_llm")
     liger = _peer_versions(df, "liger")

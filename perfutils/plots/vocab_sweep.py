@@ -277,6 +277,17 @@ def auto_choices(df: pd.DataFrame, *, provider: str = "public", dtype: str = "bf
     return table.sort_values(["loss_label", "tokens", "vocab"]).reset_index(drop=True)
 
 
+def _cells_with_both(rows: pd.DataFrame, first: str, second: str, prefix: str) -> pd.DataFrame:
+    """Per (loss, tokens, vocab) that recorded both providers: ``first``'s last row with ``second``'s last row's
+    columns beside it, named ``prefix`` + column."""
+    keys = ["loss_label", "tokens", "vocab"]
+
+    def last(provider: str) -> pd.DataFrame:
+        return rows[rows["provider"] == provider].drop_duplicates(keys, keep="last").set_index(keys)
+
+    return last(first).join(last(second).add_prefix(prefix), how="inner").reset_index()
+
+
 def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
     """Per (loss, tokens, vocab) with both forms recorded: the autograd form's time (``entropy_loss`` +
     ``.backward()``) over the plain call's (``entropy_loss_forward_backward``), the commit and day each was recorded
@@ -291,11 +302,7 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
                                      "autograd_over_public", "code_commit", "day", "autograd_time", "side_by_side"])
     rows = rows.assign(session=row_sessions(rows, meta), code_commit=row_commits(rows, meta),
                        day=rows["timestamp_utc"].astype(str).str[:10], time=rows["timestamp_utc"].astype(str))
-    keys = ["loss_label", "tokens", "vocab"]
-    columns = ["ms_median", "session", "code_commit", "day", "time"]
-    plain = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
-    grad = rows[rows["provider"] == "public_autograd"].drop_duplicates(keys, keep="last").set_index(keys)[columns]
-    both = plain.join(grad.add_prefix("autograd_"), how="inner").reset_index()
+    both = _cells_with_both(rows, "public", "public_autograd", "autograd_")
     both["side_by_side"] = both["session"] == both["autograd_session"]
     both["autograd_over_public"] = both["autograd_ms_median"] / both["ms_median"]
     both = both.rename(columns={"ms_median": "public_ms", "autograd_ms_median": "autograd_ms"})
@@ -321,13 +328,10 @@ def public_over_plan(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd
     if rows.empty:
         return pd.DataFrame(columns=columns)
     rows = rows.assign(session=row_sessions(rows, meta))
-    keys = ["loss_label", "tokens", "vocab"]
     if "compile_ms" not in rows:
         rows = rows.assign(compile_ms=np.nan)
-    public = rows[rows["provider"] == "public"].drop_duplicates(keys, keep="last").set_index(keys)
-    plan = rows[rows["provider"] == "plan"].drop_duplicates(keys, keep="last").set_index(keys)
-    both = public.join(plan[["ms_median", "session", "compile_ms"]].add_prefix("plan_"), how="inner")
-    both = both[(both["session"] == both["plan_session"]) & (both["session"] >= 0)].reset_index()
+    both = _cells_with_both(rows, "public", "plan", "plan_")
+    both = both[(both["session"] == both["plan_session"]) & (both["session"] >= 0)]
     both = both.rename(columns={"ms_median": "public_ms", "plan_ms_median": "plan_ms"})
     both["public_over_plan"] = both["public_ms"] / both["plan_ms"]
     host = both["host_us_per_call"] if "host_us_per_call" in both else np.nan
