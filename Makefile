@@ -58,7 +58,7 @@ test-python: $(STAMP)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-notebooks: $(STAMP)
-	$(PY) -m pytest --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks $(PYTEST_ARGS)
 
 # Only the browser check: JupyterLab + notebooks 04 and 12's widgets in headless Chromium (skips without Chromium).
 test-lab: $(STAMP)
