@@ -743,6 +743,40 @@ def test_autograd_line_leads_with_the_latest_measurement_when_one_day_holds_two_
     assert "on 2026-11-28, commit bbbbbbb: 1.05× at 4096 tokens" in line and "(1 cell, 1 other commit, 2026-11-28 to 2026-11-28)" in line
 
 
+def test_autograd_line_sets_side_by_side_the_pairs_of_identical_kernels():
+    """Pairs of several processes (a grid, then a few cells measured again, on another commit) whose kernel sources
+    are identical are read together, each token count's range over all its cells; a pair of other kernels is an
+    earlier pair (once the latest process's few cells hid the grid's ranges)."""
+    from perfutils.plots import vocab_sweep as plots
+
+    cases = {"cases": [["public", None, None], ["public_autograd", None, None]]}
+    meta = {"timestamp_utc": "2026-11-27T01:00:00Z", "code_commit": "aaaaaaa", "kernel_sources": "old",
+            "parameters": cases,
+            "sessions": [{"timestamp_utc": "2026-11-28T01:00:00Z", "code_commit": "bbbbbbb", "kernel_sources": "new",
+                          "parameters": {**cases, "vocab": [32000, 50257]}},
+                         {"timestamp_utc": "2026-11-29T01:00:00Z", "code_commit": "ccccccc", "kernel_sources": "new",
+                          "parameters": {**cases, "vocab": [65536]}}]}
+    rows = []
+    for variant, tokens, vocab, ms, stamp in [("public", 1024, 131072, 0.10, "2026-11-27T01:01:00Z"),
+                                              ("public_autograd", 1024, 131072, 0.30, "2026-11-27T01:02:00Z"),
+                                              ("public", 1024, 32000, 0.05, "2026-11-28T01:01:00Z"),
+                                              ("public_autograd", 1024, 32000, 0.20, "2026-11-28T01:02:00Z"),
+                                              ("public", 1024, 50257, 0.10, "2026-11-28T01:03:00Z"),
+                                              ("public_autograd", 1024, 50257, 0.12, "2026-11-28T01:04:00Z"),
+                                              ("public", 4096, 65536, 1.00, "2026-11-29T01:01:00Z"),
+                                              ("public_autograd", 4096, 65536, 1.01, "2026-11-29T01:02:00Z")]:
+        rows.append(dict(loss="cross_entropy", target_format="labels", variant=variant, dtype="bf16", tokens=tokens,
+                         vocab=vocab, ms_median=ms, pct_of_copy=50.0, status="ok", gpu_name=H100, timestamp_utc=stamp))
+    ratios = plots.autograd_ratio(pd.DataFrame(rows), meta)
+    assert ratios["side_by_side"].all() and ratios["kernels"].tolist() == ["new", "new", "old", "new"]
+    latest = plots.latest_pairs(ratios)
+    assert sorted(latest["vocab"]) == [32000, 50257, 65536]
+    line = plots.autograd_line(ratios)
+    assert ("on 2026-11-28 to 2026-11-29, commits bbbbbbb, ccccccc (identical kernel sources): 1.20–4.00× at 1024 "
+            "tokens (2 cells, vocab 32000–50257); 1.01× at 4096 tokens (1 cell, vocab 65536).") in line
+    assert "(1 cell, 1 other commit, 2026-11-27 to 2026-11-27): 3.00×." in line
+
+
 def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floors(tmp_path):
     from perfutils.plots import summary
 

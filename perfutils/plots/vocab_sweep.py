@@ -290,18 +290,21 @@ def _cells_with_both(rows: pd.DataFrame, first: str, second: str, prefix: str) -
 
 def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
     """Per (loss, tokens, vocab) with both forms recorded: the autograd form's time (``entropy_loss`` +
-    ``.backward()``) over the plain call's (``entropy_loss_forward_backward``), the commit and day each was recorded
-    with, and ``side_by_side``: True where one process measured both (the sidecar's sessions,
+    ``.backward()``) over the plain call's (``entropy_loss_forward_backward``), the commit, day and kernel sources
+    (:func:`perfutils.provenance.rows_sources`, None where unknown) the plain call's row was recorded with, and
+    ``side_by_side``: True where one process measured both (the sidecar's sessions,
     :func:`perfutils.provenance.row_sessions`), so that the ratio compares one code, one machine state."""
-    from ..provenance import row_commits, row_sessions
+    from ..provenance import row_commits, row_sessions, rows_sources
 
+    columns = ["loss_label", "tokens", "vocab", "public_ms", "autograd_ms", "autograd_over_public", "code_commit",
+               "day", "autograd_time", "side_by_side", "kernels"]
     rows = measured(df, dtype=dtype)
     rows = rows[rows["provider"].isin(["public", "public_autograd"])]
     if rows.empty:
-        return pd.DataFrame(columns=["loss_label", "tokens", "vocab", "public_ms", "autograd_ms",
-                                     "autograd_over_public", "code_commit", "day", "autograd_time", "side_by_side"])
+        return pd.DataFrame(columns=columns)
     rows = rows.assign(session=row_sessions(rows, meta), code_commit=row_commits(rows, meta),
-                       day=rows["timestamp_utc"].astype(str).str[:10], time=rows["timestamp_utc"].astype(str))
+                       kernels=rows_sources(rows, meta), day=rows["timestamp_utc"].astype(str).str[:10],
+                       time=rows["timestamp_utc"].astype(str))
     both = _cells_with_both(rows, "public", "public_autograd", "autograd_")
     both["side_by_side"] = both["session"] == both["autograd_session"]
     both["autograd_over_public"] = both["autograd_ms_median"] / both["ms_median"]
@@ -309,8 +312,7 @@ def autograd_ratio(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.D
     both["loss_label"] = pd.Categorical(both["loss_label"], [l for l in LOSS_ORDER if l in set(both["loss_label"])],
                                         ordered=True)
     both = both.sort_values(["tokens", "vocab", "loss_label"]).reset_index(drop=True)
-    return both[["loss_label", "tokens", "vocab", "public_ms", "autograd_ms", "autograd_over_public", "code_commit",
-                 "day", "autograd_time", "side_by_side"]]
+    return both[columns]
 
 
 def public_over_plan(df: pd.DataFrame, meta: dict, *, dtype: str = "bf16") -> pd.DataFrame:
@@ -377,35 +379,53 @@ def plan_gap_line(gaps: pd.DataFrame, over: float = 1.05, shown: int = 4) -> str
 
 
 def latest_pairs(ratios: pd.DataFrame) -> pd.DataFrame:
-    """The rows of :func:`autograd_ratio` measured side by side in its latest measurement (one day, one commit: the
-    commit of the latest row, as one day may hold measurements of several)."""
+    """The rows of :func:`autograd_ratio` measured side by side with the kernels of its latest such measurement: the
+    pairs whose processes ran the same kernel sources as the latest pair's (where the sources are unknown, the same
+    commit). Each pair is one process's, so each ratio compares one code on one machine state; pairs of several
+    processes, days or commits of identical kernels are set side by side (a vocab sweep measured over several
+    sessions, a few cells measured again)."""
     paired = ratios[ratios["side_by_side"]]
     if paired.empty:
         return paired
-    latest = paired.sort_values("autograd_time").iloc[-1]
-    commits = paired["code_commit"].fillna("")  # rows of an unrecorded commit share that (unknown) code
-    commit = latest["code_commit"] if isinstance(latest["code_commit"], str) else ""
-    return paired[(paired["day"] == latest["day"]) & (commits == commit)]
+    keys = _kernels_key(paired)
+    latest = paired["autograd_time"].idxmax()
+    return paired[keys == keys[latest]]
+
+
+def _kernels_key(ratios: pd.DataFrame) -> pd.Series:
+    """The kernel sources each pair of :func:`autograd_ratio` ran, or its commit where they are unknown ("" where
+    both are: such pairs are taken as one unknown code)."""
+    kernels = ratios["kernels"] if "kernels" in ratios else pd.Series(None, index=ratios.index, dtype=object)
+    commits = ratios["code_commit"].where(ratios["code_commit"].notna(), "")
+    return kernels.where(kernels.notna(), "commit " + commits.astype(str))
 
 
 def autograd_line(ratios: pd.DataFrame) -> str | None:
     """One sentence from :func:`autograd_ratio`: the autograd form over the plain call, per token count, in the
-    latest measurement of both side by side (one day, one commit), then how many earlier side-by-side pairs and
-    how many cells whose two rows came from different processes (no ratio given). None without a pair."""
+    pairs measured side by side with the latest measurement's kernels (:func:`latest_pairs`: the days and commits
+    they span named), then how many side-by-side pairs of other kernels and how many cells whose two rows came from
+    different processes (no ratio given). None without a pair."""
     paired = ratios[ratios["side_by_side"]]
     if paired.empty:
         return None
     newest = latest_pairs(ratios)
-    latest = newest.iloc[0]
     parts = []
     for tokens, part in newest.groupby("tokens"):
         vocabs = sorted(part["vocab"].unique())
         where = f"{vocabs[0]}–{vocabs[-1]}" if len(vocabs) > 1 else f"{vocabs[0]}"
         cells = f"{len(part)} cell{'s' if len(part) != 1 else ''}"
         parts.append(f"{span(part['autograd_over_public'])}× at {tokens} tokens ({cells}, vocab {where})")
-    commit = f", commit {latest['code_commit']}" if isinstance(latest["code_commit"], str) else ""
+    days = sorted(newest["day"].unique())
+    when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+    commits = sorted({c for c in newest["code_commit"] if isinstance(c, str)})
+    if len(commits) == 1:
+        code = f", commit {commits[0]}"
+    elif commits:
+        code = f", commits {', '.join(commits)} (identical kernel sources)"
+    else:
+        code = ""
     text = (f"The autograd form (`entropy_loss` + `.backward()`) over the plain call, both measured by one process on "
-            f"{latest['day']}{commit}: " + "; ".join(parts) + ".")
+            f"{when}{code}: " + "; ".join(parts) + ".")
     earlier = paired.drop(newest.index)
     if len(earlier):
         ratio = earlier["autograd_over_public"]
