@@ -135,3 +135,19 @@ def test_the_link_sentence_sets_the_exchange_stores_against_each_recorded_step()
     worst = (sym["bytes_sent"] / (link.store_gbps * 1e9) / (sym["ms_median"] * 1e-3)).max()
     assert f"{100 * worst:.1f}%" in text and "NV18" in text and "data/h200/nvlink.csv" in text
     assert tpp.link_reading(df[df["variant"] != "tp2-symmetric"], link).startswith("No symmetric")
+
+
+def test_pair_comparison_sets_two_pairs_side_by_side():
+    """Each pair's design over its own tp=1 (range, median, shapes meeting the acceptance), then each variant's step on
+    the other pair over this pair's at the shapes both recorded; a study without the design is refused."""
+    mine = records()
+    other = records()
+    other.loc[other["variant"] == "tp1-auto", "ms_median"] *= 0.8  # one GPU faster there, the split's step not
+    line = tpp.pair_comparison(mine, other, gpu="GPU A", other_gpu="GPU B")
+    assert line.startswith("tp=2 symmetric (ours) over tp=1: 0.69–0.90× (median 0.69) on the two GPU Bs, acceptance "
+                           "met at 0 of 8 shapes; 0.55–0.72× (median 0.55) on the two GPU As, acceptance met at 7 of 8")
+    assert "(8 shapes): tp=1 (one GPU, auto) 0.80× (median 0.80); tp=2 all_gather (ours) 1.00× (median 1.00)" in line
+    assert tpp.pair_comparison(mine, other[other["vocab"] == 256000].assign(vocab=999),
+                               gpu="A", other_gpu="B").endswith("The two studies share no shape.")
+    with pytest.raises(ValueError, match="tp2-symmetric"):
+        tpp.pair_comparison(mine, other[other["variant"] != "tp2-symmetric"], gpu="A", other_gpu="B")

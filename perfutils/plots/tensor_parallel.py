@@ -212,6 +212,36 @@ def link_reading(df: pd.DataFrame, link) -> str:
             f"crosses and comes back in {link.round_trip_ns / 1e3:.1f} µs.")
 
 
+def pair_comparison(df: pd.DataFrame, other: pd.DataFrame, *, gpu: str, other_gpu: str,
+                    design: str = "tp2-symmetric") -> str:
+    """The same study on two pairs of GPUs, one sentence each: ``design`` over tp=1 on each pair (range and median)
+    and the shapes where issue 16's acceptance holds; then, over the shapes both recorded, each variant's step on
+    ``other_gpu``'s pair over its step on ``gpu``'s (which forms gained from the other pair and which less)."""
+    mine, theirs = time_table(df), time_table(other)
+    column = f"{design} / tp1"
+    if column not in mine or column not in theirs:
+        raise ValueError(f"both studies need {design} and {TP1} rows")
+    verdicts = {name: acceptance(frame, design) for name, frame in ((gpu, df), (other_gpu, other))}
+    parts = []
+    for name, table in ((other_gpu, theirs), (gpu, mine)):
+        ratio = table[column].dropna()
+        verdict = verdicts[name]
+        parts.append(f"{span(ratio)}× (median {ratio.median():.2f}) on the two {name}s, acceptance met at "
+                     f"{int(verdict['met'].sum())} of {len(verdict)} shapes")
+    text = f"{LABELS[design]} over tp=1: " + "; ".join(parts) + "."
+    both = theirs.merge(mine, on=SHAPE, how="inner", suffixes=("_other", ""))
+    if both.empty:
+        return text + " The two studies share no shape."
+    gains = []
+    for variant in (TP1, *TP2_DESIGNS):
+        if variant in mine and variant in theirs:
+            ratio = (both[f"{variant}_other"] / both[variant]).dropna()
+            if len(ratio):
+                gains.append(f"{LABELS[variant]} {span(ratio)}× (median {ratio.median():.2f})")
+    return (text + f" Each step on the two {other_gpu}s over the same shape's step on the two {gpu}s ({len(both)} "
+            "shapes): " + "; ".join(gains) + ".")
+
+
 def print_summary(path) -> None:
     """Print a recorded study's step times against tp=1 and issue 16's acceptance per shape (symmetric design): what
     the collection script shows after a run."""
