@@ -151,3 +151,23 @@ def test_pair_comparison_sets_two_pairs_side_by_side():
                                gpu="A", other_gpu="B").endswith("The two studies share no shape.")
     with pytest.raises(ValueError, match="tp2-symmetric"):
         tpp.pair_comparison(mine, other[other["variant"] != "tp2-symmetric"], gpu="A", other_gpu="B")
+
+
+def test_against_half_vocab_sets_each_step_beside_one_gpu_at_the_ranks_share():
+    """tp=2's step over the vocab sweep's public call at vocab / tp (same tokens, bf16); shapes without that row are
+    left out, and the sentence gives the range per family."""
+    tp_rows = records()
+    sweep = []
+    for loss, fmt in (("cross_entropy", "labels"), ("reverse_kl", "logits")):
+        sweep.append(dict(loss=loss, target_format=fmt, variant="public", dtype="bf16", tokens=4096, vocab=65536,
+                          ms_median=0.5, status="ok"))
+        sweep.append(dict(loss=loss, target_format=fmt, variant="public", dtype="fp32", tokens=4096, vocab=128000,
+                          ms_median=0.1, status="ok"))  # another dtype: not the bf16 row's half
+    half = tpp.against_half_vocab(tp_rows, pd.DataFrame(sweep))
+    assert half[["loss", "vocab", "half"]].values.tolist() == [["cross_entropy", 131072, 65536],
+                                                                ["reverse_kl", 131072, 65536]]
+    assert half["over_half"].tolist() == pytest.approx([1.1, 1.1])
+    line = tpp.against_half_line(half, "GPU A")
+    assert line == ("On the two GPU As, tp=2 symmetric (ours)'s step over one GPU's public call at half the vocabulary: "
+                    "1.10× for labels CE (1 shape); 1.10× for the distribution losses (1 shape).")
+    assert "No shape" in tpp.against_half_line(half.iloc[0:0], "GPU A")

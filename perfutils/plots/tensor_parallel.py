@@ -212,6 +212,53 @@ def link_reading(df: pd.DataFrame, link) -> str:
             f"crosses and comes back in {link.round_trip_ns / 1e3:.1f} µs.")
 
 
+def against_half_vocab(df: pd.DataFrame, sweep: pd.DataFrame, design: str = "tp2-symmetric") -> pd.DataFrame:
+    """Per shape, ``design``'s tp=2 step beside the one-GPU public call at the rank's share of the vocabulary (the
+    vocab sweep's ``public`` row of the same GPU at ``vocab / tp`` columns, same tokens, bf16): what a perfect split
+    would take, each rank's own work alone. ``over_half`` is the step over that time: what the split costs beyond
+    halving the work (the exchange, the wait for the slower rank, the kernel's own step). Shapes whose half vocabulary
+    the sweep did not record are left out."""
+    figures.check_frame(df, SHAPE + ["variant", "ms_median", "status"], "df")
+    figures.check_frame(sweep, ["loss", "target_format", "variant", "dtype", "tokens", "vocab", "ms_median", "status"],
+                        "sweep")
+    tp2 = df[(df["variant"] == design) & (df["status"] == "ok")].copy()
+    tp2["half"] = tp2["vocab"] // (tp2["tp"] if "tp" in tp2 else 2)
+    one = sweep[(sweep["variant"] == "public") & (sweep["dtype"] == "bf16") & (sweep["status"] == "ok")]
+    one = one.rename(columns={"vocab": "half", "ms_median": "one_gpu_half_ms"})
+    out = tp2.merge(one[["loss", "target_format", "tokens", "half", "one_gpu_half_ms"]],
+                    on=["loss", "target_format", "tokens", "half"], how="inner")
+    out = out.rename(columns={"ms_median": "tp2_ms"})
+    out["over_half"] = out["tp2_ms"] / out["one_gpu_half_ms"]
+    return out[SHAPE + ["half", "tp2_ms", "one_gpu_half_ms", "over_half"]].sort_values(SHAPE).reset_index(drop=True)
+
+
+def half_vocab_rows(data_dir, gpu: str, tp_rows: pd.DataFrame):
+    """The GPU's recorded vocab sweep set against ``tp_rows`` (:func:`against_half_vocab`): (that table, the sweep's
+    public rows it used, the sweep's sidecar), or None where the GPU has no vocab sweep under ``data_dir``."""
+    from ..data import records, schema
+
+    path = schema.data_path(data_dir, gpu, "vocab_sweep")
+    if not path.exists():
+        return None
+    sweep = records.load_records(path)
+    half = against_half_vocab(tp_rows, sweep)
+    used = sweep[(sweep["variant"] == "public") & (sweep["dtype"] == "bf16") & sweep["tokens"].isin(half["tokens"])
+                 & sweep["vocab"].isin(half["half"])]
+    return half, used, records.load_metadata(path)
+
+
+def against_half_line(table: pd.DataFrame, gpu: str, design: str = "tp2-symmetric") -> str:
+    """One sentence from :func:`against_half_vocab`: the step over one GPU at half the vocabulary, per loss family."""
+    if table.empty:
+        return f"No shape of {gpu}'s study has its half vocabulary in the same GPU's vocab sweep."
+    family = np.where((table["loss"] == "cross_entropy") & (table["target_format"] == "labels"), "labels CE",
+                      "the distribution losses")
+    parts = [f"{span(part['over_half'])}× for {name} ({len(part)} shape{'s' if len(part) != 1 else ''})"
+             for name, part in table.groupby(family, sort=False)]
+    return (f"On the two {gpu}s, {LABELS[design]}'s step over one GPU's public call at half the vocabulary: "
+            + "; ".join(parts) + ".")
+
+
 def pair_comparison(df: pd.DataFrame, other: pd.DataFrame, *, gpu: str, other_gpu: str,
                     design: str = "tp2-symmetric") -> str:
     """The same study on two pairs of GPUs, one sentence each: ``design`` over tp=1 on each pair (range and median)
