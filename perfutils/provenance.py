@@ -29,14 +29,20 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data.metadata import KERNEL_SOURCES, git_sources_digest, sources_digest
+from .data.metadata import KERNEL_SOURCES, TWO_GPU_FILES, git_sources_digest, sources_digest
 
 __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note",
            "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_sources",
-           "rows_code_note", "shared_runs", "source_match", "where_rows_ran"]
+           "rows_code_note", "shared_runs", "source_match", "where_rows_ran", "one_gpu_data", "one_gpu_sources",
+           "TWO_GPU_STUDIES"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
+NOTE_CLASS = "code-version"
+# Studies that run the vocabulary split over GPUs: their data is compared on every file of kernels/; the data of any
+# other known study on the kernels less metadata.TWO_GPU_FILES, which one GPU never runs (a change to the split alone
+# leaves one-GPU data of today's kernels).
+TWO_GPU_STUDIES = frozenset({"tensor_parallel", "nvlink", "exchange_steps"})
+ONE_GPU_ASIDE = "its vocab-parallel files aside, which one GPU never runs"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
 
 
 def recorded_code(meta: dict) -> tuple[str | None, str | None]:
@@ -66,6 +72,7 @@ class CodeMatch:
     paths: tuple[str, ...]
 
     dirty: bool = False  # the sidecar names git's commit of a tree with uncommitted changes
+    excluded: tuple[str, ...] = ()  # files left out of the comparison (metadata.TWO_GPU_FILES for one-GPU data)
 
     @property
     def recorded(self) -> str:
@@ -79,9 +86,11 @@ class CodeMatch:
 
 def compare_code(meta: dict, against: dict | None = None, paths=KERNEL_SOURCES, root: Path = REPO_ROOT) -> CodeMatch:
     """Were the data of sidecar ``meta`` recorded with the kernel sources of today's working tree (or, with
-    ``against``, with those of another sidecar's data)?"""
+    ``against``, with those of another sidecar's data)? One-GPU data (:func:`one_gpu_data`) are compared on the
+    kernels less their vocab-parallel files; ``excluded`` names those files where leaving them out decided it."""
     paths = tuple(paths)
     dirty = bool(meta.get("git_dirty")) and not meta.get("code_commit")
+    exclude = TWO_GPU_FILES if paths == KERNEL_SOURCES and one_gpu_data(meta) else ()
     digest = meta.get("kernel_sources")
     # The kernels' own files decide where the sidecar recorded them: the working tree's (or the other sidecar's),
     # whatever the commits say; git's history then only names the commit that holds them.
@@ -91,11 +100,50 @@ def compare_code(meta: dict, against: dict | None = None, paths=KERNEL_SOURCES, 
     found = commit_with_sources(digest, root) if other is not None else None
     if found is not None:
         _, stamp = recorded_code(meta)
-        return CodeMatch(digest == other, found, stamp[:10] if stamp else None,
-                         _count_since(found, against, paths, root), paths)
+        same, aside = digest == other, ()
+        if exclude and not same:  # the same kernels for one GPU where only the vocab-parallel files differ
+            mine, theirs = one_gpu_sources(digest, root), one_gpu_sources(other, root)
+            if mine is not None and theirs is not None:
+                same, aside = mine == theirs, exclude
+        return CodeMatch(same, found, stamp[:10] if stamp else None,
+                         _count_since(found, against, _pathspecs(paths, aside), root), paths, excluded=aside)
     match = _compare(meta, against, paths, root)
+    if exclude and other is None and match.same is False:  # perhaps only the vocab-parallel files differ
+        narrowed = _compare(meta, against, _pathspecs(paths, exclude), root)
+        if narrowed.same:
+            return CodeMatch(True, match.commit, match.date, narrowed.changes, paths, dirty=dirty, excluded=exclude)
     same = match.same if other is None else digest == other
     return CodeMatch(same, match.commit, match.date, match.changes, paths, dirty=dirty)
+
+
+def one_gpu_data(meta: dict) -> bool:
+    """Whether a sidecar (or one of its sessions) is of a known study that runs on one GPU (not TWO_GPU_STUDIES)."""
+    study = meta.get("study") or (meta.get("parameters") or {}).get("study")
+    return bool(study) and study not in TWO_GPU_STUDIES
+
+
+def _pathspecs(paths: tuple, exclude) -> tuple:
+    """``paths`` with git's exclusion pathspecs for ``exclude``."""
+    return (*paths, *(f":(exclude){pattern}" for pattern in exclude))
+
+
+@functools.lru_cache(maxsize=4)
+def _one_gpu_digests(root: Path) -> dict:
+    """{kernel-sources digest: the digest of the same files less TWO_GPU_FILES} over every commit of this history
+    that touched the kernels, and the working tree."""
+    table = {sources_digest(KERNEL_SOURCES, root): sources_digest(KERNEL_SOURCES, root, TWO_GPU_FILES)}
+    for commit in (_git("rev-list", "HEAD", "--", *KERNEL_SOURCES, root=root) or "").split():
+        whole = git_sources_digest(commit, KERNEL_SOURCES, root)
+        if whole is not None and whole not in table:
+            table[whole] = git_sources_digest(commit, KERNEL_SOURCES, root, TWO_GPU_FILES)
+    return table
+
+
+def one_gpu_sources(digest: str | None, root: Path = REPO_ROOT) -> str | None:
+    """The digest of the one-GPU kernels (less metadata.TWO_GPU_FILES) of the kernels whose digest is ``digest``
+    (:func:`perfutils.data.metadata.sources_digest`): from the working tree or this history's commits; None where
+    neither holds those kernels."""
+    return None if not digest else _one_gpu_digests(root).get(str(digest))
 
 
 @functools.lru_cache(maxsize=64)
@@ -148,9 +196,11 @@ def _compare(meta: dict, against: dict | None, paths: tuple[str, ...], root: Pat
     return CodeMatch(int(count) == 0, commit, date, int(count), paths)
 
 
-def _where(paths) -> str:
-    """'kernels/' for a folder, 'perfutils/lab_kernels/teaching/softmax.py' for a file, joined with ', '."""
-    return ", ".join(p if Path(p).suffix else f"{p.rstrip('/')}/" for p in paths)
+def _where(paths, excluded=()) -> str:
+    """'kernels/' for a folder, 'perfutils/lab_kernels/teaching/softmax.py' for a file, joined with ', '; with
+    ``excluded``, the files left out said."""
+    where = ", ".join(p if Path(p).suffix else f"{p.rstrip('/')}/" for p in paths)
+    return f"{where} ({ONE_GPU_ASIDE})" if excluded else where
 
 
 class CodeNote(str):
@@ -170,7 +220,7 @@ def code_note(recorded: str, meta: dict, current: str = "today's kernels", again
     """One sentence for a page: were ``recorded`` (data of sidecar ``meta``) measured with the kernel sources
     (``paths``) of ``current`` (today's, or with ``against``/``against_what``, another recording's)?"""
     match = compare_code(meta, against=against, paths=paths, root=root)
-    where = _where(match.paths)
+    where = _where(match.paths, match.excluded)
     other = against_what if against is not None else current
     if against is not None:
         other += f" ({compare_code(against, paths=paths, root=root).recorded})"
@@ -211,10 +261,11 @@ def code_notes(files: dict, current: str = "today's kernels", paths=KERNEL_SOURC
     groups: dict = {}
     for name, meta in files.items():
         match = compare_code(meta, paths=paths, root=root)
-        groups.setdefault((match.date or "", match.recorded, match.same, match.changes), []).append(name)
-    where = _where(tuple(paths))
+        groups.setdefault((match.date or "", match.recorded, match.same, match.changes, match.excluded),
+                          []).append(name)
     lines = []
-    for (_, recorded, same, changes), names in sorted(groups.items()):  # oldest first
+    for (_, recorded, same, changes, excluded), names in sorted(groups.items()):  # oldest first
+        where = _where(tuple(paths), excluded)
         listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         if same is False:
             how = f"{changes} commit{'s' if changes != 1 else ''} changed {where} since" if changes else \
@@ -223,6 +274,7 @@ def code_notes(files: dict, current: str = "today's kernels", paths=KERNEL_SOURC
             how = f"the same {where} as {current}" if same else "not comparable with this checkout's history"
         lines.append(f"{listed}: {recorded}; {how}")
     sames = {key[2] for key in groups}
+    where = _where(tuple(paths), next((key[4] for key in groups if key[4]), ()))
     if sames == {True}:
         head = f"Same kernel sources: every data file below and {current} come from identical {where}."
     else:
@@ -346,11 +398,16 @@ def rows_sources(df, meta: dict, root: Path = REPO_ROOT):
                      index=df.index, dtype=object)
 
 
-def source_match(a, b):
+def source_match(a, b, one_gpu: bool = True, root: Path = REPO_ROOT):
     """Over two aligned Series of kernel-source digests (:func:`rows_sources`): (same, different, unknown), three
-    boolean Series: both known and equal, both known and not, either unknown."""
+    boolean Series: both known and equal, both known and not, either unknown. ``one_gpu``: rows measured on one GPU,
+    whose kernels count as the same where only their vocab-parallel files differ (:func:`one_gpu_sources`)."""
     known = a.notna() & b.notna()
     same = known & (a == b)
+    if one_gpu and (known & ~same).any():
+        def narrowed(series):
+            return series.map(lambda digest: one_gpu_sources(digest, root) or f"whole {digest}")
+        same = same | (known & (narrowed(a) == narrowed(b)))
     return same, known & ~same, ~known
 
 
@@ -431,7 +488,7 @@ def rows_code_note(recorded: str, df, meta: dict, current: str = "today's kernel
         verdicts[i] = compare_code({**session, "sessions": None}, paths=paths, root=root)
     same = index.map(lambda i: verdicts[i].same)
     stamps = df["timestamp_utc"] if "timestamp_utc" in df else [None] * len(df)
-    where = _where(tuple(paths))
+    where = _where(tuple(paths), next((v.excluded for v in verdicts.values() if v.excluded), ()))
     groups = {}
     for key, label in ((True, "same"), (False, "other"), (None, "unknown")):
         rows = same.map(lambda v: v is key)

@@ -17,15 +17,21 @@ def git(root, *args) -> str:
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture()
-def history(tmp_path):
-    """A repository whose kernels/ changed once: (root, commit before the change, commit after it)."""
+def new_repo(tmp_path):
+    """An empty git repository with kernels/loss.py (not yet committed)."""
     root = tmp_path / "repo"
     (root / "kernels").mkdir(parents=True)
     git(root, "init", "-q")
     git(root, "config", "user.email", "t@example.com")
     git(root, "config", "user.name", "t")
     (root / "kernels" / "loss.py").write_text("A = 1\n")
+    return root
+
+
+@pytest.fixture()
+def history(tmp_path):
+    """A repository whose kernels/ changed once: (root, commit before the change, commit after it)."""
+    root = new_repo(tmp_path)
     (root / "notes.md").write_text("x\n")
     git(root, "add", ".")
     git(root, "commit", "-q", "-m", "first")
@@ -207,3 +213,40 @@ def test_rows_code_note_of_rows_all_from_other_sources(history):
     note = provenance.rows_code_note("rows", rows().iloc[:3], meta, root=root)
     assert note.same is False
     assert note.startswith(f"Other kernel sources: all 3 rows were recorded with commit {old[:7]}, 2026-11-23 to")
+
+
+def test_one_gpu_data_is_compared_without_the_vocab_parallel_files(tmp_path):
+    """A change to the vocabulary split's files alone leaves one-GPU data (a known study other than the two-GPU ones)
+    of today's kernels, and says that it left those files aside; two-GPU data, or a change elsewhere, differ. The same
+    holds for a sidecar that names only its commit, and for rows compared by digest (source_match)."""
+    from perfutils.data.metadata import sources_digest
+
+    root = new_repo(tmp_path)
+    (root / "kernels" / "vocab_parallel_exchange.py").write_text("B = 1\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "first")
+    old = git(root, "rev-parse", "HEAD")
+    old_digest = sources_digest(KERNEL_SOURCES, root)
+    (root / "kernels" / "vocab_parallel_exchange.py").write_text("B = 2\n")
+    git(root, "commit", "-q", "-am", "the split's kernel only")
+    one_gpu = {"study": "vocab_sweep", "code_commit": old, "kernel_sources": old_digest,
+               "timestamp_utc": "2026-11-29T10:00:00Z"}
+    match = provenance.compare_code(one_gpu, root=root)
+    assert match.same is True and match.excluded
+    note = provenance.code_note("rows", one_gpu, root=root)
+    assert note.startswith("Same kernel sources") and "vocab-parallel files aside" in note
+    assert provenance.compare_code({**one_gpu, "study": "tensor_parallel"}, root=root).same is False
+    assert provenance.compare_code({**one_gpu, "study": None}, root=root).same is False  # unknown study: every file
+    by_commit = {"parameters": {"study": "vocab_sweep"}, "code_commit": old, "timestamp_utc": "2026-11-29T10:00:00Z"}
+    assert provenance.compare_code(by_commit, root=root).same is True
+    new_digest = sources_digest(KERNEL_SOURCES, root)
+    same, different, _ = provenance.source_match(pd.Series([old_digest]), pd.Series([new_digest]), root=root)
+    assert same.tolist() == [True]
+    same, different, _ = provenance.source_match(pd.Series([old_digest]), pd.Series([new_digest]), one_gpu=False,
+                                                 root=root)
+    assert different.tolist() == [True]
+    (root / "kernels" / "loss.py").write_text("A = 2\n")  # a one-GPU kernel changes: other sources
+    git(root, "commit", "-q", "-am", "loss")
+    provenance._one_gpu_digests.cache_clear()
+    assert provenance.compare_code(one_gpu, root=root).same is False
+    assert provenance.compare_code(by_commit, root=root).same is False

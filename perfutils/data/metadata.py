@@ -9,6 +9,7 @@ visible in the sidecar instead of silently absent). On a machine without CUDA th
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
@@ -26,7 +27,7 @@ from typing import Any
 from .schema import utc_now
 
 __all__ = ["collect_metadata", "PROJECT_ROOT", "find_cuda_tool", "tool_version", "ptxas_in_use", "triton_bin_dir",
-           "KERNEL_SOURCES", "sources_digest", "git_sources_digest"]
+           "KERNEL_SOURCES", "TWO_GPU_FILES", "sources_digest", "git_sources_digest"]
 
 # The checkout this package lives in: git state is read from here, not from the working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -180,6 +181,13 @@ def _probe_git(meta: dict[str, Any]) -> None:
 
 
 KERNEL_SOURCES = ("kernels",)  # what "the same code" means for a measurement: the kernels' sources
+# The vocabulary split's own files: a measurement on one GPU never runs them, so the pages compare one-GPU data on the
+# kernels' other files (sources_digest(exclude=TWO_GPU_FILES)) and two-GPU data on all of them.
+TWO_GPU_FILES = ("kernels/vocab_parallel*", "kernels/peer_memory.py")
+
+
+def _kept(path: str, exclude) -> bool:
+    return not any(fnmatch.fnmatchcase(path, pattern) for pattern in exclude)
 
 
 def _digest(entries) -> str:
@@ -194,29 +202,30 @@ def process_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{utc_now()}"
 
 
-def sources_digest(paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT) -> str:
-    """The files under ``paths`` (folders relative to ``root``) as they are on disk: a hash over each file's path and
-    git blob id (``__pycache__`` left out, as git ignores it). :func:`git_sources_digest` gives the same for a
-    commit, so a sidecar's ``kernel_sources`` names the kernels that measured it even where the measuring machine's
-    ``.git`` lagged behind its files (its ``git_commit`` then names an older commit)."""
+def sources_digest(paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT, exclude=()) -> str:
+    """The files under ``paths`` (folders relative to ``root``) as they are on disk, less those matching a pattern of
+    ``exclude`` (e.g. :data:`TWO_GPU_FILES`): a hash over each file's path and git blob id (``__pycache__`` left out,
+    as git ignores it). :func:`git_sources_digest` gives the same for a commit, so a sidecar's ``kernel_sources``
+    names the kernels that measured it even where the measuring machine's ``.git`` lagged behind its files (its
+    ``git_commit`` then names an older commit)."""
     entries = []
     for top in paths:
         for file in (Path(root) / top).rglob("*"):
-            if file.is_file() and "__pycache__" not in file.parts:
+            name = file.relative_to(root).as_posix()
+            if file.is_file() and "__pycache__" not in file.parts and _kept(name, exclude):
                 data = file.read_bytes()
-                entries.append((file.relative_to(root).as_posix(),
-                                hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()))
+                entries.append((name, hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()))
     return _digest(entries)
 
 
-def git_sources_digest(commit: str, paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT) -> str | None:
-    """:func:`sources_digest` of ``paths`` at ``commit`` (None where git cannot answer)."""
+def git_sources_digest(commit: str, paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT, exclude=()) -> str | None:
+    """:func:`sources_digest` of ``paths`` (less ``exclude``) at ``commit`` (None where git cannot answer)."""
     try:
         listing = _run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", *paths])
     except Exception:  # noqa: BLE001 - no git, or a commit it does not hold
         return None
     entries = [(path, fields.split()[2]) for fields, path in (line.split("\t", 1) for line in listing.splitlines())
-               if fields.split()[1] == "blob"]
+               if fields.split()[1] == "blob" and _kept(path, exclude)]
     return _digest(entries)
 
 
