@@ -34,7 +34,8 @@ import pandas as pd
 from .model import predict as model
 from .model.roofline import loss_cost
 from .model.spill_counts import SpillCount, resident_stack_bytes, spill_key
-from .model.step_counts import exchange_key_of_row, load_exchange_counts, load_step_counts
+from .model.step_counts import (exchange_key_of_row, load_counted_sources, load_exchange_counts, load_exchange_sources,
+                                load_step_counts)
 from .notebook import kernel_source
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
@@ -305,6 +306,28 @@ def _exchange_counted(config, row: dict, data_dir):
     return replace(config, passes=tuple(passes))
 
 
+def _step_counted_on(row: dict | None, pick, config, data_dir) -> str | None:
+    """Whether a counted step (the exchange kernel's for a two-GPU row, else the lagged pass's) was counted on the
+    kernel sources the row ran: "same", "other" or "unknown"; None where no step was counted."""
+    from .data.records import load_metadata
+    from .provenance import TWO_GPU_STUDIES, rows_sources, source_match
+
+    if row is None or config is None or data_dir is None:
+        return None
+    if getattr(pick, "slice_of", None) and load_exchange_counts(data_dir).get(exchange_key_of_row(row)):
+        counted = load_exchange_sources(data_dir).get(exchange_key_of_row(row))
+    else:
+        keys = [p.step_key for p in config.passes if p.step_key and p.instructions_per_step]
+        if not keys:
+            return None
+        counted = load_counted_sources(data_dir).get(keys[0])
+    path = Path(data_dir) / f"{pick.study}.csv"
+    ran = rows_sources(pd.DataFrame([row]), load_metadata(path)).iloc[0] if path.is_file() else None
+    same, other, _unknown = source_match(pd.Series([counted], dtype=object), pd.Series([ran], dtype=object),
+                                         one_gpu=pick.study not in TWO_GPU_STUDIES)
+    return "same" if same.iloc[0] else "other" if other.iloc[0] else "unknown"
+
+
 def counted_config(row: dict, gpu: model.Gpu, data_dir=None, moved_bytes: float | None = None):
     """The model's configuration of a recorded row (``model.config_from_row``) with its lagged step and its spill
     traffic as offline compiles counted them: the folder's step counts (``model.with_step_counts``), and
@@ -421,6 +444,7 @@ def path_frame(data_dir, steps=STEPS) -> pd.DataFrame:
                          **_link_columns(config, pred, gpu),
                          "step_instructions": max((p.instructions_per_step for p in config.passes), default=0.0)
                          if config is not None else math.nan,
+                         "step_counted_on": _step_counted_on(row, pick, config, data_dir),
                          **_model_counts(config, gpu),
                          "floor_ms": bytes_min / (gpu.ceilings.dram_gbps * 1e9) * 1e3,
                          "source": pick.describe()})
@@ -456,6 +480,9 @@ def step_summary(frame: pd.DataFrame, key: str) -> tuple[pd.DataFrame, str]:
     if after.get("step_instructions", 0) > 0:  # a step counted in the kernel's offline SASS
         text += (f". Its step is counted in the kernel's offline sm_90 SASS: {after['step_instructions']:.0f} "
                  "instructions a thread")
+        if after.get("step_counted_on") == "other":
+            text += (", counted on other kernel sources than the timed row ran (the counts file's `kernel_sources`): "
+                     "the prediction is of the counted kernel, not of the timed one")
     if pd.notna(after.get("exchange_ms")):  # a vocab-parallel step
         text += (f". The exchange's L2 traffic alone would take {after['exchange_ms'] * 1e3:.1f} us; with it the "
                  f"prediction is {after['predicted_ms']:.4f} ms, without it {after['predicted_without_exchange_ms']:.4f} ms")

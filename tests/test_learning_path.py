@@ -371,6 +371,12 @@ def test_the_tp_step_predicts_the_ranks_kernel_with_its_exchange():
     # Each rank's step is the exchange kernel's, counted offline (exchange_steps.csv), not an estimate.
     counted = step_counts.load_exchange_counts(DATA)[("cross_entropy", "labels", "bf16", 65536, 4096, 4, 2, 2)]
     assert after["step_instructions"] == counted
+    # The count's kernel sources against the row's (the counts file's kernel_sources, the row's session): the page
+    # says when the counted kernel is not the timed one (the H100 pair's rows predate the exchange's fast math).
+    assert step_counts.load_exchange_sources(DATA)[("cross_entropy", "labels", "bf16", 65536, 4096, 4, 2, 2)]
+    assert after["step_counted_on"] in ("same", "other", "unknown")
+    said = "not of the timed one" in lp.step_summary(frame, "tp")[1]
+    assert said == (after["step_counted_on"] == "other")
 
 
 def test_every_steps_key_lines_are_in_todays_source():

@@ -110,6 +110,11 @@ def load_counted_sources(folder) -> dict[tuple, str]:
     return {key: str(value) for key, value in _counted(folder, "kernel_sources").items()}
 
 
+def load_exchange_sources(folder) -> dict[tuple, str]:
+    """:func:`load_counted_sources` of the folder's exchange counts (``exchange_steps.csv``)."""
+    return {key: str(value) for key, value in _counted(folder, "kernel_sources", EXCHANGE_STUDY).items()}
+
+
 def load_step_counts(folder) -> dict[tuple, float]:
     """``{key: a thread's instructions a step}`` of the folder's counts file (empty without one)."""
     return {key: float(value) for key, value in _counted(folder, "step").items()}
