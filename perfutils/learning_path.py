@@ -31,12 +31,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from .data.records import load_metadata
 from .model import predict as model
 from .model.roofline import loss_cost
 from .model.spill_counts import SpillCount, resident_stack_bytes, spill_key
 from .model.step_counts import (exchange_key_of_row, load_counted_sources, load_exchange_counts, load_exchange_sources,
                                 load_step_counts)
 from .notebook import kernel_source
+from .provenance import TWO_GPU_STUDIES, rows_sources, source_match
 
 __all__ = ["Pick", "LogExcerpt", "PathStep", "STEPS", "pick_row", "predict_row", "path_frame", "step_summary",
            "step_functions", "teaching_function", "step_diff", "key_lines", "speedups", "step_evidence", "log_excerpt",
@@ -309,9 +311,6 @@ def _exchange_counted(config, row: dict, data_dir):
 def _step_counted_on(row: dict | None, pick, config, data_dir) -> str | None:
     """Whether a counted step (the exchange kernel's for a two-GPU row, else the lagged pass's) was counted on the
     kernel sources the row ran: "same", "other" or "unknown"; None where no step was counted."""
-    from .data.records import load_metadata
-    from .provenance import TWO_GPU_STUDIES, rows_sources, source_match
-
     if row is None or config is None or data_dir is None:
         return None
     if getattr(pick, "slice_of", None) and load_exchange_counts(data_dir).get(exchange_key_of_row(row)):

@@ -37,12 +37,12 @@ __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_cod
            "TWO_GPU_STUDIES"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTE_CLASS = "code-version"
+NOTE_CLASS = "code-version"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
 # Studies that run the vocabulary split over GPUs: their data is compared on every file of kernels/; the data of any
 # other known study on the kernels less metadata.TWO_GPU_FILES, which one GPU never runs (a change to the split alone
 # leaves one-GPU data of today's kernels).
 TWO_GPU_STUDIES = frozenset({"tensor_parallel", "nvlink", "exchange_steps"})
-ONE_GPU_ASIDE = "its vocab-parallel files aside, which one GPU never runs"  # the HTML class of a note on a page (tests/test_report_pages.py looks for it)
+ONE_GPU_ASIDE = "its vocab-parallel files aside, which one GPU never runs"  # said where leaving them out decided
 
 
 def recorded_code(meta: dict) -> tuple[str | None, str | None]:
