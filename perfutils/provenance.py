@@ -29,7 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data.metadata import KERNEL_SOURCES, TWO_GPU_FILES, git_sources_digest, sources_digest
+from .data.metadata import KERNEL_SOURCES, TWO_GPU_FILES, git_sources_digest, git_sources_digests, sources_digest
 
 __all__ = ["KERNEL_SOURCES", "CodeMatch", "CodeNote", "CodeNotes", "recorded_code", "compare_code", "code_note",
            "code_notes", "sessions", "row_sessions", "row_commits", "row_kernel_sources", "rows_sources",
@@ -133,9 +133,9 @@ def _one_gpu_digests(root: Path) -> dict:
     that touched the kernels, and the working tree."""
     table = {sources_digest(KERNEL_SOURCES, root): sources_digest(KERNEL_SOURCES, root, TWO_GPU_FILES)}
     for commit in (_git("rev-list", "HEAD", "--", *KERNEL_SOURCES, root=root) or "").split():
-        whole = git_sources_digest(commit, KERNEL_SOURCES, root)
-        if whole is not None and whole not in table:
-            table[whole] = git_sources_digest(commit, KERNEL_SOURCES, root, TWO_GPU_FILES)
+        digests = git_sources_digests(commit, KERNEL_SOURCES, root, ((), TWO_GPU_FILES))
+        if digests is not None:
+            table.setdefault(digests[0], digests[1])
     return table
 
 

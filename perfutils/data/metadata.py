@@ -27,7 +27,7 @@ from typing import Any
 from .schema import utc_now
 
 __all__ = ["collect_metadata", "PROJECT_ROOT", "find_cuda_tool", "tool_version", "ptxas_in_use", "triton_bin_dir",
-           "KERNEL_SOURCES", "TWO_GPU_FILES", "sources_digest", "git_sources_digest"]
+           "KERNEL_SOURCES", "TWO_GPU_FILES", "sources_digest", "git_sources_digest", "git_sources_digests"]
 
 # The checkout this package lives in: git state is read from here, not from the working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -220,13 +220,19 @@ def sources_digest(paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT, exclude=()) 
 
 def git_sources_digest(commit: str, paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT, exclude=()) -> str | None:
     """:func:`sources_digest` of ``paths`` (less ``exclude``) at ``commit`` (None where git cannot answer)."""
+    digests = git_sources_digests(commit, paths, root, (exclude,))
+    return None if digests is None else digests[0]
+
+
+def git_sources_digests(commit: str, paths=KERNEL_SOURCES, root: Path = PROJECT_ROOT, excludes=((),)) -> list | None:
+    """:func:`git_sources_digest` for each exclusion of ``excludes``, from one listing of the commit's tree."""
     try:
         listing = _run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", *paths])
     except Exception:  # noqa: BLE001 - no git, or a commit it does not hold
         return None
-    entries = [(path, fields.split()[2]) for fields, path in (line.split("\t", 1) for line in listing.splitlines())
-               if fields.split()[1] == "blob" and _kept(path, exclude)]
-    return _digest(entries)
+    blobs = [(path, fields.split()[2]) for fields, path in (line.split("\t", 1) for line in listing.splitlines())
+             if fields.split()[1] == "blob"]
+    return [_digest([(path, blob) for path, blob in blobs if _kept(path, exclude)]) for exclude in excludes]
 
 
 def _json_safe(value: Any, where: str) -> Any:
