@@ -313,7 +313,7 @@ def _step_counted_on(row: dict | None, pick, config, data_dir) -> str | None:
     kernel sources the row ran: "same", "other" or "unknown"; None where no step was counted."""
     if row is None or config is None or data_dir is None:
         return None
-    if getattr(pick, "slice_of", None) and load_exchange_counts(data_dir).get(exchange_key_of_row(row)):
+    if pick.slice_of > 1:  # a rank's step: the exchange kernel's count (_exchange_counted)
         counted = load_exchange_sources(data_dir).get(exchange_key_of_row(row))
     else:
         keys = [p.step_key for p in config.passes if p.step_key and p.instructions_per_step]

@@ -16,6 +16,7 @@ import seaborn as sns
 
 from ..notebook import span
 from . import figures  # noqa: F401  (fixes svg.hashsalt)
+from .figures import caption
 from .sweeps import loss_labels
 
 TP1 = "tp1-auto"
@@ -223,13 +224,17 @@ def against_half_vocab(df: pd.DataFrame, sweep: pd.DataFrame, design: str = "tp2
                         "sweep")
     tp2 = df[(df["variant"] == design) & (df["status"] == "ok")].copy()
     tp2["half"] = tp2["vocab"] // (tp2["tp"] if "tp" in tp2 else 2)
-    one = sweep[(sweep["variant"] == "public") & (sweep["dtype"] == "bf16") & (sweep["status"] == "ok")]
-    one = one.rename(columns={"vocab": "half", "ms_median": "one_gpu_half_ms"})
+    one = _public_rows(sweep).rename(columns={"vocab": "half", "ms_median": "one_gpu_half_ms"})
     out = tp2.merge(one[["loss", "target_format", "tokens", "half", "one_gpu_half_ms"]],
                     on=["loss", "target_format", "tokens", "half"], how="inner")
     out = out.rename(columns={"ms_median": "tp2_ms"})
     out["over_half"] = out["tp2_ms"] / out["one_gpu_half_ms"]
     return out[SHAPE + ["half", "tp2_ms", "one_gpu_half_ms", "over_half"]].sort_values(SHAPE).reset_index(drop=True)
+
+
+def _public_rows(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The vocab sweep's rows of the public call in bf16 that measured (what :func:`against_half_vocab` compares)."""
+    return sweep[(sweep["variant"] == "public") & (sweep["dtype"] == "bf16") & (sweep["status"] == "ok")]
 
 
 def half_vocab_rows(data_dir, gpu: str, tp_rows: pd.DataFrame):
@@ -242,9 +247,15 @@ def half_vocab_rows(data_dir, gpu: str, tp_rows: pd.DataFrame):
         return None
     sweep = records.load_records(path)
     half = against_half_vocab(tp_rows, sweep)
-    used = sweep[(sweep["variant"] == "public") & (sweep["dtype"] == "bf16") & sweep["tokens"].isin(half["tokens"])
-                 & sweep["vocab"].isin(half["half"])]
+    cells = half[["loss", "target_format", "tokens", "half"]].drop_duplicates().rename(columns={"half": "vocab"})
+    used = _public_rows(sweep).merge(cells, on=["loss", "target_format", "tokens", "vocab"])
     return half, used, records.load_metadata(path)
+
+
+def study_title(meta: dict) -> str:
+    """A figure's caption for a recorded study: its GPU, date and versions (torch, Triton, NCCL)."""
+    return caption(meta.get("gpu_name"), meta.get("timestamp_utc"), f"torch {meta.get('torch_version')}, "
+                   f"Triton {meta.get('triton_version')}, NCCL {meta.get('nccl_version')}")
 
 
 def against_half_line(table: pd.DataFrame, gpu: str, design: str = "tp2-symmetric") -> str:
