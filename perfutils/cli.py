@@ -25,6 +25,7 @@ STUDIES = {
     "case-497": "perfutils.studies.case_497",
     "vocab-sweep": "perfutils.studies.vocab_sweep",
     "host-overhead": "perfutils.studies.host_overhead",
+    "autograd-step": "perfutils.studies.autograd_step",
     "occupancy-check": "perfutils.studies.occupancy_check",
     "tuning": "perfutils.studies.tuning",
     "teaching": "perfutils.studies.teaching",

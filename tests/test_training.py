@@ -173,6 +173,25 @@ def test_several_losses_on_one_logits_tensor(gen, device):
     assert_close(x.grad, expected)
 
 
+@pytest.mark.parametrize("loss, fmt", [("cross_entropy", "labels"), ("reverse_kl", "logits")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_autograd_step_studys_ways_give_the_head_its_true_gradients(loss, fmt, dtype, device):
+    """perfutils.studies.autograd_step times the loss behind an output head three ways; each is checked (the loss
+    and both weights' gradients against float64) before it is timed, and they must agree."""
+    from perfutils.studies import autograd_step
+
+    h, w, target = autograd_step.head_inputs(5, 37, 12, fmt, device=device, dtype=dtype, seed=3)
+    ways = autograd_step.WAYS if fmt == "labels" else autograd_step.WAYS[:2]
+    grads = {}
+    for way in ways:
+        errors = autograd_step.check(way, h, w, target, loss, fmt)
+        assert max(errors.values()) <= autograd_step.TOLERANCE[str(dtype)]
+        grads[way] = (h.grad.clone(), w.grad.clone())
+    assert torch.equal(grads["autograd"][0], grads["plain"][0]) and torch.equal(grads["autograd"][1], grads["plain"][1])
+    with pytest.raises(ValueError, match="cross_entropy from labels"):
+        autograd_step.step("torch", h, w, target, "forward_kl", "logits")
+
+
 def test_compiled_step_that_calls_backward_twice(gen, device):
     x, target = problem("forward_kl", "logits", gen, device)
 

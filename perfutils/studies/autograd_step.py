@@ -1,0 +1,170 @@
+"""What the autograd form costs inside a training step (``autograd_step.csv``): the loss behind an output head.
+
+The vocab sweep times ``entropy_loss(x).backward()`` on a leaf: the step is the loss alone, so on small problems it
+measures PyTorch's autograd engine (its hand-over of a CUDA backward to the engine's device thread), which any
+autograd loss pays, PyTorch's own included (``host_overhead.csv``). Training code calls the loss after a model whose
+backward runs through the same engine anyway. This study times one step of a bf16 output head and its loss,
+``logits = h @ W.T``, forward and backward, three ways:
+
+===============  ========================================================================================
+``autograd``     ``kernels.entropy_loss(logits, target).backward()``
+``plain``        ``loss, g = kernels.entropy_loss_forward_backward(logits.detach(), target)``, then
+                 ``logits.backward(g)``: the plain call with the head's backward started by hand
+``torch``        PyTorch's own loss, ``F.cross_entropy(logits, labels).backward()`` (cross-entropy only)
+===============  ========================================================================================
+
+Each way's step is timed on the GPU (``bench``: median, p20, p80, L2 flushed) and on the host at 8 rows (``wall_us``: µs
+per step until the last returns), and checked first: the loss and the gradients of ``h`` and ``W`` against float64
+(``kernels.reference``), refused past the dtype's bound. ``autograd`` over ``plain`` is the autograd form's own cost.
+
+    python -m perfutils autograd-step --out data
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+__all__ = ["SHAPES", "WAYS", "head_inputs", "step", "check", "measure", "main"]
+
+WAYS = ("autograd", "plain", "torch")
+# (tokens, vocab, hidden): the vocab sweep's host-bound corner (1024 tokens) at two heads, one larger step, and
+# 8 rows, where the step is all host.
+SHAPES = ((8, 32000, 1024), (1024, 32000, 2048), (1024, 32000, 4096), (1024, 128256, 4096), (4096, 32000, 4096))
+LOSSES = (("cross_entropy", "labels"), ("reverse_kl", "logits"))
+TOLERANCE = {"torch.bfloat16": 1e-2, "torch.float32": 1e-5}
+
+
+def head_inputs(tokens: int, vocab: int, hidden: int, target_format: str, *, device, dtype, seed: int = 0):
+    """(h, W, target): hidden states and head weights that require grad (logits of standard deviation ~2), and
+    labels or a teacher's logits."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def normal(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator, device=device) * scale).to(dtype)
+
+    h = normal(tokens, hidden).requires_grad_(True)
+    w = normal(vocab, hidden, scale=2.0 / hidden ** 0.5).requires_grad_(True)
+    if target_format == "labels":
+        target = torch.randint(0, vocab, (tokens,), generator=generator, device=device)
+    else:
+        target = normal(tokens, vocab, scale=2.0)
+    return h, w, target
+
+
+def step(way: str, h, w, target, loss: str, target_format: str) -> Callable[[], object]:
+    """One forward and backward of the head and its loss; returns the loss. Gradients accumulate in h.grad and
+    w.grad (the caller clears them)."""
+    import torch.nn.functional as F
+
+    import kernels
+
+    options = dict(loss=loss, target_format=target_format)
+    if way == "autograd":
+        def run():
+            value = kernels.entropy_loss(h @ w.T, target, **options)
+            value.backward()
+            return value
+    elif way == "plain":
+        def run():
+            logits = h @ w.T
+            value, grad = kernels.entropy_loss_forward_backward(logits.detach(), target, **options)
+            logits.backward(grad)
+            return value
+    elif way == "torch":
+        if (loss, target_format) != ("cross_entropy", "labels"):
+            raise ValueError(f"way 'torch' is PyTorch's cross_entropy from labels, not {loss}/{target_format}")
+
+        def run():
+            value = F.cross_entropy(h @ w.T, target)
+            value.backward()
+            return value
+    else:
+        raise ValueError(f"way must be one of {WAYS}, got {way!r}")
+    return run
+
+
+def check(way: str, h, w, target, loss: str, target_format: str) -> dict[str, float]:
+    """Run one step from cleared gradients; the relative errors of the loss, h.grad and w.grad against float64:
+    ``kernels.reference``'s loss of the logits the head computed, its gradient taken back through the head in float64
+    (the head's own rounding is the same for every way, so it is not what is checked). Raises AssertionError past the
+    dtype's bound."""
+    import torch
+
+    import kernels
+    from ..measure.timing import rel_err
+
+    with torch.no_grad():
+        logits = (h @ w.T).double().requires_grad_(True)
+    t64 = target if target_format == "labels" else target.double()
+    ref = kernels.reference.entropy_loss(logits, t64, loss=loss, target_format=target_format)
+    ref.backward()
+    h_ref, w_ref = logits.grad @ w.double(), logits.grad.T @ h.double()
+    h.grad = w.grad = None
+    value = step(way, h, w, target, loss, target_format)()
+    errors = {"loss_rel_err": rel_err(value.detach(), ref.detach()), "h_grad_rel_err": rel_err(h.grad, h_ref),
+              "w_grad_rel_err": rel_err(w.grad, w_ref)}
+    bound = TOLERANCE[str(h.dtype)]
+    if not max(errors.values()) <= bound:
+        raise AssertionError(f"{way} {loss}/{target_format} {tuple(h.shape)} x {tuple(w.shape)}: wrong result "
+                             f"{errors} (bound {bound})")
+    return errors
+
+
+def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES):
+    import pandas as pd
+    import torch
+
+    from ..data.metadata import collect_metadata
+    from ..data.schema import data_path
+    from ..data.store import write_table
+    from ..measure.timing import bench
+    from .host_overhead import wall_us
+
+    gpu = torch.cuda.get_device_name()
+    path = data_path(out, gpu, "autograd_step")
+    if path.exists() and not overwrite:
+        raise SystemExit(f"{path} exists: not overwriting recorded data (pass --overwrite to move it aside)")
+    records = []
+    for loss, target_format in LOSSES:
+        for tokens, vocab, hidden in shapes:
+            h, w, target = head_inputs(tokens, vocab, hidden, target_format, device="cuda", dtype=torch.bfloat16)
+            ways = WAYS if target_format == "labels" else WAYS[:2]
+            # every way checked before any is timed (the first call's search is not timed)
+            errors = {way: check(way, h, w, target, loss, target_format) for way in ways}
+            for way in ways:
+                run = step(way, h, w, target, loss, target_format)
+
+                def cleared(run=run):
+                    h.grad = w.grad = None
+                    return run()
+
+                timed = bench(cleared)
+                # Host µs only where the step is all host: past it the launch queue fills and the wall clock is the GPU's.
+                host = wall_us(cleared) if tokens <= 8 else float("nan")
+                records.append({"loss": loss, "target_format": target_format, "tokens": tokens, "vocab": vocab,
+                                "hidden": hidden, "dtype": "bf16", "way": way, "ms_median": timed.median,
+                                "ms_p20": timed.p20, "ms_p80": timed.p80, "host_us_per_step": host, **errors[way],
+                                "gpu_name": gpu})
+                print(f"{loss}/{target_format} {tokens}x{vocab} h{hidden} {way:9s} {timed.median:.4f} ms "
+                      f"host {host:.1f} us  errors {max(errors[way].values()):.1e}", flush=True)
+    frame = pd.DataFrame(records)
+    write_table(frame, path, collect_metadata({"study": "autograd_step", "shapes": [list(s) for s in shapes],
+                                               "losses": [list(x) for x in LOSSES], "dtype": "bf16"}),
+                overwrite=overwrite)
+    return frame
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfutils autograd-step", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="data")
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    measure(args.out, args.overwrite)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
