@@ -145,10 +145,10 @@ def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES):
                 # Host µs only where the step is all host: past it the launch queue fills and the wall clock is the GPU's.
                 host = wall_us(cleared) if tokens <= 8 else float("nan")
                 records.append({"loss": loss, "target_format": target_format, "tokens": tokens, "vocab": vocab,
-                                "hidden": hidden, "dtype": "bf16", "way": way, "ms_median": timed.median,
-                                "ms_p20": timed.p20, "ms_p80": timed.p80, "host_us_per_step": host, **errors[way],
+                                "hidden": hidden, "dtype": "bf16", "way": way, "ms_median": timed.ms_median,
+                                "ms_p20": timed.ms_p20, "ms_p80": timed.ms_p80, "host_us_per_step": host, **errors[way],
                                 "gpu_name": gpu})
-                print(f"{loss}/{target_format} {tokens}x{vocab} h{hidden} {way:9s} {timed.median:.4f} ms "
+                print(f"{loss}/{target_format} {tokens}x{vocab} h{hidden} {way:9s} {timed.ms_median:.4f} ms "
                       f"host {host:.1f} us  errors {max(errors[way].values()):.1e}", flush=True)
     frame = pd.DataFrame(records)
     write_table(frame, path, collect_metadata({"study": "autograd_step", "shapes": [list(s) for s in shapes],
