@@ -13,9 +13,10 @@ backward runs through the same engine anyway. This study times one step of a bf1
 ``torch``        PyTorch's own loss, ``F.cross_entropy(logits, labels).backward()`` (cross-entropy only)
 ===============  ========================================================================================
 
-Each way's step is timed on the GPU (``bench``: median, p20, p80, L2 flushed) and on the host at 8 rows (``wall_us``: µs
-per step until the last returns), and checked first: the loss and the gradients of ``h`` and ``W`` against float64
-(``kernels.reference``), refused past the dtype's bound. ``autograd`` over ``plain`` is the autograd form's own cost.
+Each way is checked first (the loss and the gradients of ``h`` and ``W`` against float64, ``kernels.reference``;
+refused past the dtype's bound), then timed in ``rounds`` that alternate the ways (a row each): on the GPU (``bench``:
+median, p20, p80, L2 flushed) and, at 8 rows, on the host (``wall_us``: µs per step until the last returns).
+``autograd`` over ``plain`` is the autograd form's own cost in a step.
 
     python -m perfutils autograd-step --out data
 """
@@ -113,7 +114,7 @@ def check(way: str, h, w, target, loss: str, target_format: str) -> dict[str, fl
     return errors
 
 
-def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES):
+def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES, rounds: int = 3):
     import pandas as pd
     import torch
 
@@ -134,25 +135,28 @@ def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES):
             ways = WAYS if target_format == "labels" else WAYS[:2]
             # every way checked before any is timed (the first call's search is not timed)
             errors = {way: check(way, h, w, target, loss, target_format) for way in ways}
-            for way in ways:
-                run = step(way, h, w, target, loss, target_format)
+            steps = {way: step(way, h, w, target, loss, target_format) for way in ways}
+            for round_ in range(rounds):  # the ways alternate, each round in another order: drift hits them alike
+                for way in ways[round_ % len(ways):] + ways[:round_ % len(ways)]:
+                    def cleared(run=steps[way]):
+                        h.grad = w.grad = None
+                        return run()
 
-                def cleared(run=run):
-                    h.grad = w.grad = None
-                    return run()
-
-                timed = bench(cleared)
-                # Host µs only where the step is all host: past it the launch queue fills and the wall clock is the GPU's.
-                host = wall_us(cleared) if tokens <= 8 else float("nan")
-                records.append({"loss": loss, "target_format": target_format, "tokens": tokens, "vocab": vocab,
-                                "hidden": hidden, "dtype": "bf16", "way": way, "ms_median": timed.ms_median,
-                                "ms_p20": timed.ms_p20, "ms_p80": timed.ms_p80, "host_us_per_step": host, **errors[way],
-                                "gpu_name": gpu})
-                print(f"{loss}/{target_format} {tokens}x{vocab} h{hidden} {way:9s} {timed.ms_median:.4f} ms "
-                      f"host {host:.1f} us  errors {max(errors[way].values()):.1e}", flush=True)
+                    timed = bench(cleared)
+                    # Host µs only where the step is all host; past it the launch queue fills and the wall clock
+                    # is the GPU's.
+                    host = wall_us(cleared) if tokens <= 8 else float("nan")
+                    records.append({"loss": loss, "target_format": target_format, "tokens": tokens, "vocab": vocab,
+                                    "hidden": hidden, "dtype": "bf16", "way": way, "round": round_,
+                                    "ms_median": timed.ms_median, "ms_p20": timed.ms_p20, "ms_p80": timed.ms_p80,
+                                    "host_us_per_step": host, **errors[way], "gpu_name": gpu})
+                    print(f"{loss}/{target_format} {tokens}x{vocab} h{hidden} round {round_} {way:9s} "
+                          f"{timed.ms_median:.4f} ms host {host:.1f} us  errors {max(errors[way].values()):.1e}",
+                          flush=True)
     frame = pd.DataFrame(records)
     write_table(frame, path, collect_metadata({"study": "autograd_step", "shapes": [list(s) for s in shapes],
-                                               "losses": [list(x) for x in LOSSES], "dtype": "bf16"}),
+                                               "losses": [list(x) for x in LOSSES], "dtype": "bf16",
+                                               "rounds": rounds}),
                 overwrite=overwrite)
     return frame
 
@@ -161,8 +165,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils autograd-step", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    measure(args.out, args.overwrite)
+    measure(args.out, args.overwrite, rounds=args.rounds)
     return 0
 
 
