@@ -7,10 +7,11 @@ Nothing here states a result; every part is read from a file:
 * title and introduction: README.md's first heading and first paragraph;
 * GPU and versions: the JSON sidecars in ``data/<gpu-slug>/`` (``benchmark.json`` describes the GPU); the dates:
   the ``timestamp_utc`` of the rows of its studies (of the sidecars where a study's rows have none);
-* the results tables: ``perfutils.plots.summary``'s, from the files each one reads (:data:`RESULT_TABLES`):
+* the results tables: ``perfutils.plots.summary``'s, from the files each one reads (:func:`result_tables`):
   ``vocab_sweep.csv`` at 4096 tokens and, where the peers were timed there, at 16384; ``public_call.csv`` (every
   provider in one process); ``host_overhead.csv`` (the host cost of a repeated call and of its autograd form, piece
-  by piece); ``tensor_parallel.csv``; ``benchmark.csv`` when there is no vocab sweep;
+  by piece); ``autograd_step.csv`` (the autograd form against the plain call in a step with an output head);
+  ``tensor_parallel.csv``; ``benchmark.csv`` when there is no vocab sweep;
 * a notebook's title and question: its first markdown cell (the heading, and the sentences ending in "?"
   of the first paragraph that asks one; else that cell's first sentence);
 * a notebook's main figure: the first figure its code saves (its first ``save_figure(..., "NN_name")``),
@@ -203,6 +204,9 @@ def result_tables(gpu_dir: Path) -> list[tuple[str, str, callable]]:
     if (gpu_dir / "host_overhead.csv").exists():
         tables.append(("What a repeated call costs the host", "host_overhead.csv",
                        lambda: summary.host_overhead_table(gpu_dir)))
+    if (gpu_dir / "autograd_step.csv").exists():
+        tables.append(("The autograd form in a training step: the loss behind an output head", "autograd_step.csv",
+                       lambda: summary.autograd_step_table(gpu_dir)))
     if (gpu_dir / "tensor_parallel.csv").exists():
         tables.append(("Tensor parallel: the vocabulary split over two GPUs", "tensor_parallel.csv",
                        lambda: summary.tensor_parallel_table(gpu_dir)))
@@ -320,7 +324,7 @@ def render_index(*, notebooks: list[Path], pages: list[Path], failures: dict[str
         items = "".join(f"<li><b>{html.escape(k)}</b><pre>{html.escape(v[:2000])}</pre></li>" for k, v in listed.items())
         errors = f'<section class="errors"><h2>Failures ({len(listed)})</h2><ul>{items}</ul></section>'
 
-    jump = " · ".join([f'<a href="#notebooks">the notebooks</a>'] + (['<a href="#path">the learning path</a>'] if path else [])
+    jump = " · ".join(['<a href="#notebooks">the notebooks</a>'] + (['<a href="#path">the learning path</a>'] if path else [])
                       + [f'<a href="#{html.escape(d.name)}">results on {html.escape(d.name)}</a>' for d in gpu_dirs]
                       + ['<a href="#where">where things are</a>'])
     built = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -814,6 +814,32 @@ def test_host_overhead_table_puts_each_piece_beside_its_loss_and_names_the_floor
            "set\\_multithreading\\_enabled(False) | 51.0 |" in text  # Markdown-escaped underscores
 
 
+def test_autograd_step_table_gives_each_way_over_the_plain_call_per_round(tmp_path):
+    from perfutils.plots import summary
+
+    gpu_dir = tmp_path / "h200"
+    gpu_dir.mkdir()
+    rows = []
+    for tokens, host in ((8, True), (1024, False)):
+        for round_, (plain, autograd, torch_ms) in enumerate(((1.0, 1.02, 1.10), (2.0, 2.0, 2.4), (1.0, 0.98, 1.2))):
+            for way, ms in (("plain", plain), ("autograd", autograd), ("torch", torch_ms)):
+                rows.append({"loss": "cross_entropy", "target_format": "labels", "tokens": tokens, "vocab": 32000,
+                             "hidden": 1024, "way": way, "round": round_, "ms_median": ms,
+                             "host_us_per_step": {"plain": 200.0, "autograd": 290.0, "torch": 250.0}[way] + round_
+                             if host else float("nan"), "loss_rel_err": 1e-7, "h_grad_rel_err": 2e-3,
+                             "w_grad_rel_err": 3e-3})
+    pd.DataFrame(rows).to_csv(gpu_dir / "autograd_step.csv", index=False)
+    (gpu_dir / "autograd_step.json").write_text('{"gpu_name": "NVIDIA H200", "timestamp_utc": "2026-11-30T02:34:47Z"}')
+    text = summary.autograd_step_table(gpu_dir)
+    # medians over the rounds: plain 1.0 ms; autograd / plain 1.02, 1.00, 0.98; torch / plain 1.10, 1.20, 1.20
+    assert "| cross_entropy (labels) | 1024 × 32000, 1024 | 1.000 | 1.000 [0.980–1.020] | 1.200 [1.100–1.200] | - |" in text
+    assert "| 201 / 291 / 251 |" in text  # host µs at 8 rows, the rounds' median
+    assert "worst relative error 3.0e-03" in text and "alternated over 3 rounds" in text
+    assert "the autograd form's step is 1.00–1.00× the plain call's" in text and "PyTorch's own loss 1.20–1.20×" in text
+    assert "the autograd form adds 90–90 µs a step" in text
+    assert summary.autograd_step_table(tmp_path) is None
+
+
 def test_the_table_says_which_providers_shared_a_process_and_a_gpu():
     """The H200's grid of 2026-11-29 ran four processes side by side, one a GPU, each over its own vocabularies: the
     project's three forms in one process, then the peers in another on the same GPU, Liger on another machine. The

@@ -5,6 +5,7 @@
     python -m perfutils.plots.summary --public-call [--gpu-dir data/h100-sxm-80gb]  # public_call.csv's table
     python -m perfutils.plots.summary --host-overhead [--gpu-dir data/h100-sxm-80gb]  # host_overhead.csv's tables
     python -m perfutils.plots.summary --tensor-parallel [--gpu-dir data/h100-sxm-80gb]  # tensor_parallel.csv's
+    python -m perfutils.plots.summary --autograd-step [--gpu-dir data/h200]  # autograd_step.csv's table
 """
 
 from __future__ import annotations
@@ -375,6 +376,66 @@ def host_overhead_line(gpu_dir: Path) -> str | None:
     return ("Host µs per call: " + "; ".join(parts) + ".") if parts else None
 
 
+def autograd_step_table(gpu_dir: Path) -> str | None:
+    """The loss behind an output head, forward and backward (``autograd_step.csv``), as Markdown: per loss and shape
+    the plain call's step (ms, the median of the rounds' medians), the autograd form's and PyTorch's own loss over it
+    (the median of the rounds' ratios, their range in brackets) and, where the step is all host, the host µs a step;
+    then where the data comes from and one sentence."""
+    path = gpu_dir / "autograd_step.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    meta = load_metadata(path)
+    keys = ["loss", "target_format", "tokens", "vocab", "hidden"]
+    times = df.pivot_table(index=keys + ["round"], columns="way", values="ms_median").reset_index()
+    host = df.pivot_table(index=keys, columns="way", values="host_us_per_step", aggfunc="median")
+    ratios = {way: times[way] / times["plain"] for way in ("autograd", "torch") if way in times}
+
+    def ratio_cell(way, rows) -> str:
+        values = ratios[way][rows.index].dropna() if way in ratios else pd.Series(dtype=float)
+        return f"{values.median():.3f} [{values.min():.3f}–{values.max():.3f}]" if len(values) else "-"
+
+    lines = ["| loss | tokens × vocab, hidden | plain call + `logits.backward(g)` (ms) | autograd form (× plain) | "
+             "PyTorch's loss (× plain) | host µs a step: plain / autograd / PyTorch |",
+             "|---|---|---|---|---|---|"]
+    summary_rows = []
+    for key, rows in times.groupby(keys, sort=False):
+        loss, target_format, tokens, vocab, hidden = key
+        all_host = host.loc[key] if key in host.index and host.loc[key].notna().any() else None
+        host_cell = " / ".join(_us(all_host.get(way)) for way in ("plain", "autograd", "torch")) if all_host is not None else "-"
+        lines.append(f"| {_loss_header(f'{loss}/{target_format}')} | {tokens} × {vocab}, {hidden} | "
+                     f"{rows['plain'].median():.3f} | {ratio_cell('autograd', rows)} | {ratio_cell('torch', rows)} | "
+                     f"{host_cell} |")
+        summary_rows.append((tokens, ratios["autograd"][rows.index].median(),
+                             ratios["torch"][rows.index].median() if "torch" in ratios else float("nan"), all_host))
+    worst = df[[c for c in df.columns if c.endswith("_rel_err")]].max().max()
+    rounds = int(df["round"].max()) + 1
+    source = (f"A step of a bf16 output head, `logits = h @ W.T`, and its loss, forward and backward: the plain call "
+              f"(`entropy_loss_forward_backward` on the detached logits, then `logits.backward(g)`), the autograd form "
+              f"(`entropy_loss(...).backward()`) and PyTorch's `F.cross_entropy` (labels only). do_bench median, L2 "
+              f"flushed, the ways alternated over {rounds} rounds; every way checked first against float64 through "
+              f"the head (worst relative error {worst:.1e}). {meta.get('gpu_name')}, torch {meta.get('torch_version')}, "
+              f"Triton {meta.get('triton_version')}, recorded {str(meta.get('timestamp_utc', ''))[:10]} "
+              f"(data/{gpu_dir.name}/autograd_step.csv).")
+    gpu_bound = [r for r in summary_rows if r[0] > 8]
+    sentence = []
+    if gpu_bound:
+        ours = [r[1] for r in gpu_bound]
+        torch_ratios = [r[2] for r in gpu_bound if pd.notna(r[2])]
+        sentence.append(f"from 1024 tokens on, the autograd form's step is {min(ours):.2f}–{max(ours):.2f}× the plain "
+                        "call's (medians of the rounds)"
+                        + (f" and PyTorch's own loss {min(torch_ratios):.2f}–{max(torch_ratios):.2f}×"
+                           if torch_ratios else ""))
+    small = [r[3] for r in summary_rows if r[0] <= 8 and r[3] is not None]
+    if small:
+        extra = [h["autograd"] - h["plain"] for h in small]
+        sentence.append(f"at 8 rows, where the step is the host's, the autograd form adds {min(extra):.0f}–"
+                        f"{max(extra):.0f} µs a step to the plain call's (the host's own spread between rounds is "
+                        "large: compare within a round)")
+    return ("\n".join(lines) + "\n\n" + source
+            + ("\n\n" + "In a training step " + "; ".join(sentence) + "." if sentence else ""))
+
+
 def _first_of_their_process(rows, meta: dict, chosen) -> int:
     """How many of ``chosen`` rows were the first a process (a sidecar session) recorded."""
     starts = _session_starts(meta)
@@ -441,6 +502,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tensor-parallel", action="store_true", help="tp=2 against tp=1 (tensor_parallel.csv)")
     parser.add_argument("--host-overhead", action="store_true", help="the pieces of a call's host time "
                         "(host_overhead.csv)")
+    parser.add_argument("--autograd-step", action="store_true", help="the loss behind an output head, three ways "
+                        "(autograd_step.csv)")
     parser.add_argument("--tokens", type=int, default=4096, help="the vocab sweep's table at this token count")
     parser.add_argument("--vocabs", type=int, nargs="+", default=list(HEADLINE_VOCABS),
                         help="the vocab sweep's table at these vocabularies")
@@ -453,6 +516,8 @@ def main(argv=None) -> int:
         print(host_overhead_table(args.gpu_dir, groups=None) or f"no host_overhead.csv in {args.gpu_dir}")
     elif args.tensor_parallel:
         print(tensor_parallel_table(args.gpu_dir))
+    elif args.autograd_step:
+        print(autograd_step_table(args.gpu_dir) or f"no autograd_step.csv in {args.gpu_dir}")
     else:
         print(vocab_sweep_table(args.gpu_dir, tokens=args.tokens, vocabs=tuple(args.vocabs),
                                 grid_lines=not args.table_only)
