@@ -117,6 +117,23 @@ def test_reading_puts_measured_ratios_beside_the_bytes_ratio():
     assert lines[1].startswith("* **The exchange.** At most") and "4096-column chunks at 8 of 8 shapes" in lines[2]
 
 
+def test_the_peer_bullet_sets_the_design_against_fast_llms_faster_calls():
+    frame = records()
+    frame["ms_p20"], frame["ms_p80"] = frame["ms_median"] * 0.99, frame["ms_median"] * 1.01
+    peer = frame["variant"] == "tp2-fast_llm"
+    frame.loc[peer, "ms_p20"], frame.loc[peer, "ms_p80"] = frame.loc[peer, "ms_median"] * 0.5, frame.loc[peer, "ms_median"]
+    table = tpp.versus_peer_calls(frame)
+    assert len(table) == 8 and table["peer_spread"].round(6).eq(2.0).all()
+    # symmetric 0.55 (0.7 x 2 at one shape) over the peer's 0.8: 0.6875 of its median; over its p20 (0.4) twice that
+    assert table["over_peer_median"].min() == pytest.approx(0.55 / 0.8)
+    assert table["over_peer_p20"].min() == pytest.approx(0.55 / 0.4)
+    line = tpp.peer_calls_line(frame)
+    assert "spread 2.00× from p20 to p80" in line and "(tp=2 symmetric (ours): 1.020×)" in line
+    assert "against its median 0.69–0.90×" in line and "is 1.38–1.79× its time" in line
+    assert tpp.peer_calls_line(records()) is None  # no p20 and p80 recorded
+    assert tpp.peer_calls_line(frame[~peer]) is None
+
+
 def test_the_link_sentence_sets_the_exchange_stores_against_each_recorded_step():
     """The recorded H100 pair's link (measured on two H200s with as many NVLinks): each symmetric row's stores at the
     measured rate, as a share of its recorded step; the table names every measurement and its check."""

@@ -487,11 +487,19 @@ def tensor_parallel_table(gpu_dir: Path) -> str:
     summary = (f"tp=2 symmetric ≤ {TARGET_RATIO} × tp=1 and no slower than Fast-LLM's tp=2 at "
                f"{int(verdict['met'].sum())} of {len(verdict)} shapes; symmetric / tp=1 {verdict['ratio_to_tp1'].min():.2f}–"
                f"{verdict['ratio_to_tp1'].max():.2f}, symmetric / Fast-LLM {verdict['ratio_to_fast_llm'].min():.2f}–"
-               f"{verdict['ratio_to_fast_llm'].max():.2f}"
+               f"{verdict['ratio_to_fast_llm'].max():.2f}" + _against_peer_p20(df)
                + ("; over the bound: " + ", ".join(f"{r.loss} ({r.target_format}) {r.tokens} × {r.vocab} "
                                                  f"{r.ratio_to_tp1:.2f}" for r in missed.itertuples())
                   if len(missed) else "") + ".")
     return "\n".join(lines) + "\n\n" + source + "\n\n" + summary
+
+
+def _against_peer_p20(df) -> str:
+    """' (a–b against its p20, its faster calls)': the symmetric design's median over Fast-LLM's p20, or ''."""
+    from .tensor_parallel import versus_peer_calls
+
+    ratio = versus_peer_calls(df)["over_peer_p20"].dropna()
+    return f" ({ratio.min():.2f}–{ratio.max():.2f} against its p20, its faster calls)" if len(ratio) else ""
 
 
 def main(argv=None) -> int:

@@ -176,7 +176,35 @@ def reading(model: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     lines.append("* **The symmetric design's chunks.** The first-call search chose "
                  + ", ".join(f"{int(b)}-column chunks at {n}" for b, n in chunks.items())
                  + f" of {int(chunks.sum())} shapes.")
-    return lines
+    peer = peer_calls_line(df)
+    return lines + ([peer] if peer else [])
+
+
+def versus_peer_calls(df: pd.DataFrame, design: str = "tp2-symmetric") -> pd.DataFrame:
+    """Per shape where both ran: how steady Fast-LLM's tp=2 calls were (``peer_spread``: p80 / p20 of its timed calls)
+    and ``design``'s (``own_spread``), and ``design``'s median over the peer's faster calls (``over_peer_p20``) and
+    over its median (``over_peer_median``). Empty where the rows hold no p20 and p80."""
+    if not {"ms_p20", "ms_p80"} <= set(df.columns):
+        return pd.DataFrame(columns=["peer_spread", "own_spread", "over_peer_p20", "over_peer_median"])
+    ok = df[df["status"] == "ok"]
+    peer = ok[ok["variant"] == "tp2-fast_llm"].set_index(SHAPE)
+    ours = ok[ok["variant"] == design].set_index(SHAPE)
+    both = peer.index.intersection(ours.index)
+    peer, ours = peer.loc[both], ours.loc[both]
+    return pd.DataFrame({"peer_spread": peer["ms_p80"] / peer["ms_p20"], "own_spread": ours["ms_p80"] / ours["ms_p20"],
+                         "over_peer_p20": ours["ms_median"] / peer["ms_p20"],
+                         "over_peer_median": ours["ms_median"] / peer["ms_median"]})
+
+
+def peer_calls_line(df: pd.DataFrame, design: str = "tp2-symmetric") -> str | None:
+    """:func:`versus_peer_calls` as a Markdown bullet, or None where the peer and ``design`` share no shape."""
+    table = versus_peer_calls(df, design)
+    if table.empty:
+        return None
+    return (f"* **Fast-LLM's calls.** Its tp=2 calls spread {span(table['peer_spread'])}× from p20 to p80 within a "
+            f"shape ({LABELS[design]}: {span(table['own_spread'], '.3f')}×). Against its faster calls (its p20) the "
+            f"median step of {LABELS[design]} is {span(table['over_peer_p20'])}× its time; against its median "
+            f"{span(table['over_peer_median'])}×.")
 
 
 LINK_MEASURES = {"copy_engine": "tensor copy into the peer (copy engines)", "sm_stores": "SM stores into the peer",
