@@ -188,6 +188,9 @@ def test_the_autograd_step_studys_ways_give_the_head_its_true_gradients(loss, fm
         assert max(errors.values()) <= autograd_step.TOLERANCE[str(dtype)]
         grads[way] = (h.grad.clone(), w.grad.clone())
     assert torch.equal(grads["autograd"][0], grads["plain"][0]) and torch.equal(grads["autograd"][1], grads["plain"][1])
+    h.grad = torch.ones_like(h)  # what is timed starts from cleared gradients, as a training step does
+    autograd_step.timed_step("plain", h, w, target, loss, fmt)()
+    assert torch.equal(h.grad, grads["plain"][0])
     with pytest.raises(ValueError, match="cross_entropy from labels"):
         autograd_step.step("torch", h, w, target, "forward_kl", "logits")
 

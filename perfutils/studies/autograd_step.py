@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-__all__ = ["SHAPES", "WAYS", "head_inputs", "step", "check", "measure", "profile", "main"]
+__all__ = ["SHAPES", "WAYS", "head_inputs", "step", "timed_step", "check", "measure", "profile", "main"]
 
 WAYS = ("autograd", "plain", "torch")
 # (tokens, vocab, hidden): the vocab sweep's host-bound corner (1024 tokens) at two heads, one larger step, and
@@ -88,6 +88,17 @@ def step(way: str, h, w, target, loss: str, target_format: str) -> Callable[[], 
     return run
 
 
+def timed_step(way: str, h, w, target, loss: str, target_format: str) -> Callable[[], object]:
+    """:func:`step` from cleared gradients, as a training loop's step starts: what is timed."""
+    run = step(way, h, w, target, loss, target_format)
+
+    def cleared():
+        h.grad = w.grad = None
+        return run()
+
+    return cleared
+
+
 def check(way: str, h, w, target, loss: str, target_format: str) -> dict[str, float]:
     """Run one step from cleared gradients; the relative errors of the loss, h.grad and w.grad against float64:
     ``kernels.reference``'s loss of the logits the head computed, its gradient taken back through the head in float64
@@ -136,17 +147,13 @@ def measure(out: str = "data", overwrite: bool = False, shapes=SHAPES, rounds: i
             ways = WAYS if target_format == "labels" else WAYS[:2]
             # every way checked before any is timed (the first call's search is not timed)
             errors = {way: check(way, h, w, target, loss, target_format) for way in ways}
-            steps = {way: step(way, h, w, target, loss, target_format) for way in ways}
+            steps = {way: timed_step(way, h, w, target, loss, target_format) for way in ways}
             for round_ in range(rounds):  # the ways alternate, each round in another order: drift hits them alike
                 for way in ways[round_ % len(ways):] + ways[:round_ % len(ways)]:
-                    def cleared(run=steps[way]):
-                        h.grad = w.grad = None
-                        return run()
-
-                    timed = bench(cleared)
+                    timed = bench(steps[way])
                     # Host µs only where the step is all host; past it the launch queue fills and the wall clock
                     # is the GPU's.
-                    host = wall_us(cleared) if tokens <= 8 else float("nan")
+                    host = wall_us(steps[way]) if tokens <= 8 else float("nan")
                     records.append({"loss": loss, "target_format": target_format, "tokens": tokens, "vocab": vocab,
                                     "hidden": hidden, "dtype": "bf16", "way": way, "round": round_,
                                     "ms_median": timed.ms_median, "ms_p20": timed.ms_p20, "ms_p80": timed.ms_p80,
@@ -175,13 +182,9 @@ def profile(steps: int = 200) -> None:
     for loss, target_format in LOSSES:
         h, w, target = head_inputs(8, 32000, 1024, target_format, device="cuda", dtype=torch.bfloat16)
         for way in WAYS[:2]:
-            def cleared(run=step(way, h, w, target, loss, target_format), h=h, w=w):
-                h.grad = w.grad = None
-                return run()
-
+            run = cases[f"{loss}/{way}"] = timed_step(way, h, w, target, loss, target_format)
             for _ in range(100):
-                cleared()
-            cases[f"{loss}/{way}"] = cleared
+                run()
     for round_ in range(3):
         line = []
         for name, run in cases.items():
@@ -206,10 +209,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfutils autograd-step", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data")
     parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the ways alternated (at least 1)")
     parser.add_argument("--profile", action="store_true", help="print where the autograd form's host time goes at 8 "
                         "rows (torch.profiler); write nothing")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.profile:
         profile()
     else:
