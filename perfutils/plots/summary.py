@@ -387,51 +387,50 @@ def autograd_step_table(gpu_dir: Path) -> str | None:
     df = pd.read_csv(path)
     meta = load_metadata(path)
     keys = ["loss", "target_format", "tokens", "vocab", "hidden"]
-    times = df.pivot_table(index=keys + ["round"], columns="way", values="ms_median").reset_index()
-    host = df.pivot_table(index=keys, columns="way", values="host_us_per_step", aggfunc="median")
-    ratios = {way: times[way] / times["plain"] for way in ("autograd", "torch") if way in times}
+    rounds = df.pivot_table(index=keys + ["round"], columns="way", values="ms_median").reset_index()
+    others = [way for way in ("autograd", "torch") if way in rounds]
+    for way in others:
+        rounds[f"{way}_x"] = rounds[way] / rounds["plain"]
+    shapes = rounds.groupby(keys, sort=False).agg(
+        plain=("plain", "median"), **{f"{way}_{stat}": (f"{way}_x", stat) for way in others
+                                      for stat in ("median", "min", "max")})
+    host = df.pivot_table(index=keys, columns="way", values="host_us_per_step", aggfunc="median")  # all-host shapes
 
-    def ratio_cell(way, rows) -> str:
-        values = ratios[way][rows.index].dropna() if way in ratios else pd.Series(dtype=float)
-        return f"{values.median():.3f} [{values.min():.3f}–{values.max():.3f}]" if len(values) else "-"
+    def ratio_cell(row, way) -> str:
+        if f"{way}_median" not in row or pd.isna(row[f"{way}_median"]):
+            return "-"
+        return f"{row[f'{way}_median']:.3f} [{row[f'{way}_min']:.3f}–{row[f'{way}_max']:.3f}]"
 
     lines = ["| loss | tokens × vocab, hidden | plain call + `logits.backward(g)` (ms) | autograd form (× plain) | "
              "PyTorch's loss (× plain) | host µs a step: plain / autograd / PyTorch |",
              "|---|---|---|---|---|---|"]
-    summary_rows = []
-    for key, rows in times.groupby(keys, sort=False):
+    for key, row in shapes.iterrows():
         loss, target_format, tokens, vocab, hidden = key
-        all_host = host.loc[key] if key in host.index and host.loc[key].notna().any() else None
-        host_cell = " / ".join(_us(all_host.get(way)) for way in ("plain", "autograd", "torch")) if all_host is not None else "-"
+        host_cell = (" / ".join(_us(host.loc[key].get(way)) for way in ("plain", "autograd", "torch"))
+                     if key in host.index else "-")
         lines.append(f"| {_loss_header(f'{loss}/{target_format}')} | {tokens} × {vocab}, {hidden} | "
-                     f"{rows['plain'].median():.3f} | {ratio_cell('autograd', rows)} | {ratio_cell('torch', rows)} | "
-                     f"{host_cell} |")
-        summary_rows.append((tokens, ratios["autograd"][rows.index].median(),
-                             ratios["torch"][rows.index].median() if "torch" in ratios else float("nan"), all_host))
+                     f"{row['plain']:.3f} | {ratio_cell(row, 'autograd')} | {ratio_cell(row, 'torch')} | {host_cell} |")
     worst = df[[c for c in df.columns if c.endswith("_rel_err")]].max().max()
-    rounds = int(df["round"].max()) + 1
     source = (f"A step of a bf16 output head, `logits = h @ W.T`, and its loss, forward and backward: the plain call "
               f"(`entropy_loss_forward_backward` on the detached logits, then `logits.backward(g)`), the autograd form "
               f"(`entropy_loss(...).backward()`) and PyTorch's `F.cross_entropy` (labels only). do_bench median, L2 "
-              f"flushed, the ways alternated over {rounds} rounds; every way checked first against float64 through "
-              f"the head (worst relative error {worst:.1e}). {meta.get('gpu_name')}, torch {meta.get('torch_version')}, "
-              f"Triton {meta.get('triton_version')}, recorded {str(meta.get('timestamp_utc', ''))[:10]} "
-              f"(data/{gpu_dir.name}/autograd_step.csv).")
-    gpu_bound = [r for r in summary_rows if r[0] > 8]
+              f"flushed, the ways alternated over {df['round'].nunique()} rounds; every way checked first against "
+              f"float64 through the head (worst relative error {worst:.1e}). {meta.get('gpu_name')}, torch "
+              f"{meta.get('torch_version')}, Triton {meta.get('triton_version')}, recorded "
+              f"{str(meta.get('timestamp_utc', ''))[:10]} (data/{gpu_dir.name}/autograd_step.csv).")
     sentence = []
-    if gpu_bound:
-        ours = [r[1] for r in gpu_bound]
-        torch_ratios = [r[2] for r in gpu_bound if pd.notna(r[2])]
-        sentence.append(f"from 1024 tokens on, the autograd form's step is {min(ours):.2f}–{max(ours):.2f}× the plain "
-                        "call's (medians of the rounds)"
-                        + (f" and PyTorch's own loss {min(torch_ratios):.2f}–{max(torch_ratios):.2f}×"
-                           if torch_ratios else ""))
-    small = [r[3] for r in summary_rows if r[0] <= 8 and r[3] is not None]
-    if small:
-        extra = [h["autograd"] - h["plain"] for h in small]
-        sentence.append(f"at 8 rows, where the step is the host's, the autograd form adds {min(extra):.0f}–"
-                        f"{max(extra):.0f} µs a step to the plain call's (the host's own spread between rounds is "
-                        "large: compare within a round)")
+    timed_on_gpu = shapes[~shapes.index.isin(host.index)]  # the shapes whose step is the GPU's
+    if len(timed_on_gpu):
+        ours, theirs = timed_on_gpu["autograd_median"], timed_on_gpu.get("torch_median", pd.Series(dtype=float))
+        sentence.append(f"from {timed_on_gpu.index.get_level_values('tokens').min()} tokens on, the autograd form's "
+                        f"step is {ours.min():.2f}–{ours.max():.2f}× the plain call's (medians of the rounds)"
+                        + (f" and PyTorch's own loss {theirs.min():.2f}–{theirs.max():.2f}×" if theirs.notna().any()
+                           else ""))
+    if len(host):
+        extra = host["autograd"] - host["plain"]
+        sentence.append(f"at {host.index.get_level_values('tokens').max()} rows, where the step is the host's, the "
+                        f"autograd form adds {extra.min():.0f}–{extra.max():.0f} µs a step to the plain call's (the "
+                        "host's own spread between rounds is large: compare within a round)")
     return ("\n".join(lines) + "\n\n" + source
             + ("\n\n" + "In a training step " + "; ".join(sentence) + "." if sentence else ""))
 
