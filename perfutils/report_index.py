@@ -153,6 +153,14 @@ def data_dates(gpu_dir: Path, sidecars: dict[str, dict]) -> list[str]:
     return sorted(days)
 
 
+def _studies_count(sidecars: dict[str, dict]) -> str:
+    """'N studies' and the recordings an update kept aside beside them (``<stem>.replaced-<UTC>``, perfutils.data.store)."""
+    kept = sum(".replaced-" in stem for stem in sidecars)
+    studies = len(sidecars) - kept
+    return (f"{studies} stud{'y' if studies == 1 else 'ies'}"
+            + (f", {kept} earlier recording{'' if kept == 1 else 's'} kept aside" if kept else ""))
+
+
 def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
     meta = sidecars.get("benchmark") or sidecars.get("vocab_sweep") or next(iter(sidecars.values()), {})
     dates = data_dates(gpu_dir, sidecars)
@@ -168,7 +176,7 @@ def gpu_facts_html(gpu_dir: Path, sidecars: dict[str, dict]) -> str:
                                              if meta.get(k)) or None),
         ("measured (UTC), all its studies", (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}")
          if dates else None),
-        ("data", f"data/{gpu_dir.name}/ ({len(sidecars)} studies; each table below names its file and dates)"),
+        ("data", f"data/{gpu_dir.name}/ ({_studies_count(sidecars)}; each table below names its file and dates)"),
     ]
     rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts if v not in (None, ""))
     return f'<dl class="facts">{rows}</dl>'

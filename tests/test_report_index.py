@@ -153,6 +153,16 @@ def test_index_names_the_gpu_versions_and_dates(built):
     rows = pd.read_csv(GPU_DIR / "vocab_sweep.csv")["timestamp_utc"].astype(str).str[:10]
     assert rows.min() in dates and rows.max() in dates and meta["timestamp_utc"][:10] in dates
     assert (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") in page.text
+    current = [stem for stem in sidecars if ".replaced-" not in stem]  # a study's recordings kept aside are not studies
+    assert f"data/{GPU_DIR.name}/ ({len(current)} stud" in page.text
+
+
+def test_studies_count_sets_kept_recordings_apart():
+    from perfutils.report_index import _studies_count
+
+    assert _studies_count({"vocab_sweep": {}}) == "1 study"
+    assert _studies_count({"a": {}, "b": {}, "a.replaced-20261129T230132Z": {}}) == \
+        "2 studies, 1 earlier recording kept aside"
 
 
 def test_index_has_each_notebook_with_question_thumbnail_and_link(built):
